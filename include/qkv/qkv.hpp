@@ -1,0 +1,10 @@
+#pragma once
+
+#include "qkv/attention.hpp"
+#include "qkv/dtype.hpp"
+#include "qkv/error.hpp"
+#include "qkv/half.hpp"
+#include "qkv/philox.hpp"
+#include "qkv/system.hpp"
+#include "qkv/tensor.hpp"
+#include "qkv/version.hpp"

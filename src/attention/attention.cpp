@@ -1,0 +1,213 @@
+#include "qkv/attention.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "attention/validate.hpp"
+#include "kernels/problem.hpp"
+#include "kernels/reference/entry.hpp"
+#include "qkv/error.hpp"
+
+namespace qkv {
+namespace {
+
+template <class T>
+constexpr DType dtype_of() {
+  return std::is_same_v<T, double> ? DType::f64 : DType::f32;
+}
+
+// View of `t` (at most 4 dimensions, right-aligned) broadcast to [B, Hq, Tq, Tk].
+template <class E>
+kernels::Broadcast4<E> broadcast4(const Tensor& t) {
+  kernels::Broadcast4<E> view;
+  view.data = static_cast<const E*>(t.data());
+  const std::int64_t lead = 4 - t.dim();
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    view.stride[lead + d] = t.size(d) == 1 ? 0 : t.stride(d);
+  }
+  return view;
+}
+
+// The inputs and options of one call, converted for a backend that computes in T: contiguous
+// copies where needed (views otherwise), kept alive for the problem's pointers.
+template <class T>
+struct Prepared {
+  Tensor q, k, v, mask, bias;
+  kernels::Problem<T> problem;
+
+  Prepared(const kernels::Dims& dims, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+           const AttentionOptions& options)
+      : q(q_in.to(dtype_of<T>()).contiguous()),
+        k(k_in.to(dtype_of<T>()).contiguous()),
+        v(v_in.to(dtype_of<T>()).contiguous()) {
+    kernels::Problem<T>& p = problem;
+    p.dims = dims;
+    p.q = static_cast<const T*>(q.data());
+    p.k = static_cast<const T*>(k.data());
+    p.v = static_cast<const T*>(v.data());
+    p.scale = static_cast<T>(options.scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.D))));
+    const kernels::Lengths lengths{
+        dims.Tq, dims.Tk, options.query_lengths.empty() ? nullptr : options.query_lengths.data(),
+        options.key_lengths.empty() ? nullptr : options.key_lengths.data()};
+    p.mask_mod.lengths = lengths;
+    p.mask_mod.causal = options.causal;
+    p.mask_mod.window_left = options.window.left;
+    p.mask_mod.window_right = options.window.right;
+    if (options.mask.defined()) {
+      mask = options.mask.contiguous();
+      p.mask_mod.keep = broadcast4<std::uint8_t>(mask);
+    }
+    p.score_mod.lengths = lengths;
+    p.score_mod.softcap = static_cast<T>(options.softcap);
+    if (options.bias.defined()) {
+      bias = options.bias.to(dtype_of<T>()).contiguous();
+      p.score_mod.bias = broadcast4<T>(bias);
+    }
+    p.score_mod.alibi_slopes = options.alibi_slopes.empty() ? nullptr : options.alibi_slopes.data();
+    p.dropout = {options.dropout_p, options.seed, options.offset};
+  }
+};
+
+template <class T>
+void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
+                const AttentionOptions& options, Tensor& out, Tensor& lse) {
+  const Prepared<T> prepared(dims, q, k, v, options);
+  Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, dims.Dv}, dtype_of<T>());
+  Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
+  kernels::reference::forward(prepared.problem, static_cast<T*>(out_t.data()),
+                              static_cast<T*>(lse_t.data()), static_cast<T*>(nullptr));
+  out.copy_from(out_t);
+  lse.copy_from(lse_t);
+}
+
+template <class T>
+void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q, const Tensor& k,
+                 const Tensor& v, const Tensor& out, const Tensor& lse,
+                 const AttentionOptions& options, AttentionGrads& grads) {
+  const Prepared<T> prepared(dims, q, k, v, options);
+  const Tensor dout_t = dout.to(dtype_of<T>()).contiguous();
+  const Tensor out_t = out.to(dtype_of<T>()).contiguous();
+  const Tensor lse_t = lse.to(dtype_of<T>()).contiguous();
+  Tensor dq = Tensor::empty({dims.B, dims.Tq, dims.Hq, dims.D}, dtype_of<T>());
+  Tensor dk = Tensor::empty({dims.B, dims.Tk, dims.Hk, dims.D}, dtype_of<T>());
+  Tensor dv = Tensor::empty({dims.B, dims.Tk, dims.Hk, dims.Dv}, dtype_of<T>());
+  Tensor dbias;
+  kernels::Broadcast4<T> dbias_index;
+  if (options.bias.defined()) {
+    dbias = Tensor::zeros(options.bias.shape(), dtype_of<T>());
+    dbias_index = broadcast4<T>(dbias);
+  }
+  kernels::reference::backward(prepared.problem, static_cast<const T*>(out_t.data()),
+                               static_cast<const T*>(lse_t.data()),
+                               static_cast<const T*>(dout_t.data()), static_cast<T*>(dq.data()),
+                               static_cast<T*>(dk.data()), static_cast<T*>(dv.data()),
+                               static_cast<T*>(dbias.data()), dbias_index);
+  grads.dq.copy_from(dq);
+  grads.dk.copy_from(dk);
+  grads.dv.copy_from(dv);
+  if (dbias.defined()) grads.dbias.copy_from(dbias);
+}
+
+// v is a one-column stand-in: P does not depend on v.
+template <class T>
+Tensor weights_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
+                  const AttentionOptions& options, DType dtype) {
+  const Prepared<T> prepared(dims, q, k, v, options);
+  Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, 1}, dtype_of<T>());
+  Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
+  Tensor weights = Tensor::empty({dims.B, dims.Hq, dims.Tq, dims.Tk}, dtype_of<T>());
+  kernels::reference::forward(prepared.problem, static_cast<T*>(out_t.data()),
+                              static_cast<T*>(lse_t.data()), static_cast<T*>(weights.data()));
+  return weights.to(dtype);
+}
+
+Shape out_shape(const kernels::Dims& d) { return {d.B, d.Tq, d.Hq, d.Dv}; }
+Shape lse_shape(const kernels::Dims& d) { return {d.B, d.Hq, d.Tq}; }
+
+}  // namespace
+
+AttentionOutput attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const AttentionOptions& options) {
+  const kernels::Dims dims = attention::validate_inputs(q, k, v, options);
+  AttentionOutput result{Tensor::empty(out_shape(dims), q.dtype()),
+                         Tensor::empty(lse_shape(dims), attention::lse_dtype(q.dtype()))};
+  attention_forward(q, k, v, options, result.out, result.lse);
+  return result;
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                       const AttentionOptions& options, Tensor& out, Tensor& lse) {
+  const kernels::Dims dims = attention::validate_inputs(q, k, v, options);
+  const std::initializer_list<const Tensor*> inputs = {&q, &k, &v, &options.mask, &options.bias};
+  attention::expect_output(out, "out", out_shape(dims), q.dtype(), inputs);
+  attention::expect_output(lse, "lse", lse_shape(dims), attention::lse_dtype(q.dtype()), inputs);
+  if (out.overlaps(lse)) {
+    throw Error("lse", "memory of its own (not shared with out)", "a tensor that overlaps out");
+  }
+  if (q.dtype() == DType::f64) {
+    forward_as<double>(dims, q, k, v, options, out, lse);
+  } else {
+    forward_as<float>(dims, q, k, v, options, out, lse);
+  }
+}
+
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& out, const Tensor& lse,
+                                  const AttentionOptions& options) {
+  attention::validate_inputs(q, k, v, options);  // before allocating by the shapes of q, k, v
+  AttentionGrads grads;
+  grads.dq = Tensor::empty(q.shape(), q.dtype());
+  grads.dk = Tensor::empty(k.shape(), k.dtype());
+  grads.dv = Tensor::empty(v.shape(), v.dtype());
+  if (options.bias.defined()) {
+    grads.dbias = Tensor::empty(options.bias.shape(), options.bias.dtype());
+  }
+  attention_backward(dout, q, k, v, out, lse, options, grads);
+  return grads;
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const AttentionOptions& options,
+                        AttentionGrads& grads) {
+  const kernels::Dims dims = attention::validate_inputs(q, k, v, options);
+  attention::expect_tensor(dout, "dout", out_shape(dims), q.dtype());
+  attention::expect_tensor(out, "out", out_shape(dims), q.dtype());
+  attention::expect_tensor(lse, "lse", lse_shape(dims), attention::lse_dtype(q.dtype()));
+  const std::initializer_list<const Tensor*> inputs = {&dout, &q,           &k,          &v,
+                                                       &out,  &lse,         &options.mask,
+                                                       &options.bias};
+  attention::expect_output(grads.dq, "grads.dq", q.shape(), q.dtype(), inputs);
+  attention::expect_output(grads.dk, "grads.dk", k.shape(), k.dtype(), inputs);
+  attention::expect_output(grads.dv, "grads.dv", v.shape(), v.dtype(), inputs);
+  if (options.bias.defined()) {
+    attention::expect_output(grads.dbias, "grads.dbias", options.bias.shape(),
+                             options.bias.dtype(), inputs);
+  }
+  const Tensor* written[] = {&grads.dq, &grads.dk, &grads.dv, &grads.dbias};
+  for (int a = 0; a < 4; ++a) {
+    for (int b = a + 1; b < 4; ++b) {
+      if (written[a]->defined() && written[b]->defined() && written[a]->overlaps(*written[b])) {
+        throw Error("grads", "dq, dk, dv and dbias in separate memory", "overlapping tensors");
+      }
+    }
+  }
+  if (q.dtype() == DType::f64) {
+    backward_as<double>(dims, dout, q, k, v, out, lse, options, grads);
+  } else {
+    backward_as<float>(dims, dout, q, k, v, out, lse, options, grads);
+  }
+}
+
+Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options) {
+  // P does not depend on v: a one-column v of zeros stands in for it, so that validation and the
+  // forward are the ones the other entry points use.
+  const bool k_ok = k.defined() && k.dim() == 4;
+  const Tensor v = Tensor::zeros({k_ok ? k.size(0) : 0, k_ok ? k.size(1) : 0,
+                                  k_ok ? k.size(2) : 0, 1},
+                                 q.defined() && is_floating(q.dtype()) ? q.dtype() : DType::f32);
+  const kernels::Dims dims = attention::validate_inputs(q, k, v, options);
+  if (q.dtype() == DType::f64) return weights_as<double>(dims, q, k, v, options, q.dtype());
+  return weights_as<float>(dims, q, k, v, options, q.dtype());
+}
+
+}  // namespace qkv

@@ -1,0 +1,504 @@
+#include "qkv/tensor.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "core/element.hpp"
+#include "qkv/error.hpp"
+
+namespace qkv {
+namespace {
+
+constexpr std::size_t kAlignment = 64;
+
+std::int64_t checked_numel(const Shape& shape, const char* argument) {
+  std::int64_t n = 1;
+  for (const std::int64_t s : shape) {
+    if (s < 0) throw Error(argument, "non-negative sizes", shape_string(shape));
+    n *= s;
+  }
+  return n;
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  std::int64_t running = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    strides[d] = running;
+    running *= std::max<std::int64_t>(shape[d], 1);
+  }
+  return strides;
+}
+
+std::int64_t wrap_dim(std::int64_t d, std::int64_t rank, const char* argument) {
+  const std::int64_t wrapped = d < 0 ? d + rank : d;
+  if (wrapped < 0 || wrapped >= rank) {
+    throw Error(argument, "a dimension in [" + std::to_string(-rank) + ", " +
+                              std::to_string(rank) + ")",
+                std::to_string(d));
+  }
+  return wrapped;
+}
+
+// Visits every index of shape in row-major order, calling fn(offset_a, offset_b) with the
+// element offsets under two stride vectors.
+template <class Fn>
+void for_each_pair(const Shape& shape, const Shape& strides_a, const Shape& strides_b, Fn&& fn) {
+  const std::size_t rank = shape.size();
+  for (const std::int64_t s : shape) {
+    if (s == 0) return;
+  }
+  if (rank == 0) {
+    fn(std::int64_t{0}, std::int64_t{0});
+    return;
+  }
+  std::vector<std::int64_t> index(rank, 0);
+  std::int64_t a = 0;
+  std::int64_t b = 0;
+  const std::size_t last = rank - 1;
+  while (true) {
+    for (std::int64_t i = 0; i < shape[last]; ++i) {
+      fn(a + i * strides_a[last], b + i * strides_b[last]);
+    }
+    std::size_t d = last;
+    while (true) {
+      if (d == 0) return;
+      --d;
+      ++index[d];
+      a += strides_a[d];
+      b += strides_b[d];
+      if (index[d] < shape[d]) break;
+      a -= strides_a[d] * shape[d];
+      b -= strides_b[d] * shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+// PyTorch's rule for viewing strided memory under a new shape: each run of dimensions that is
+// contiguous in memory may be split or merged; returns nothing when the view is impossible.
+std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strides,
+                                  const Shape& new_shape) {
+  Shape new_strides(new_shape.size());
+  if (old_shape.empty()) {
+    std::fill(new_strides.begin(), new_strides.end(), 1);
+    return new_strides;
+  }
+  std::int64_t numel = 1;
+  for (const std::int64_t s : old_shape) numel *= s;
+  if (numel == 0) return contiguous_strides(new_shape);
+  std::int64_t view_d = static_cast<std::int64_t>(new_shape.size()) - 1;
+  std::int64_t chunk_base_stride = old_strides.back();
+  std::int64_t tensor_numel = 1;
+  std::int64_t view_numel = 1;
+  for (std::int64_t tensor_d = static_cast<std::int64_t>(old_shape.size()) - 1; tensor_d >= 0;
+       --tensor_d) {
+    tensor_numel *= old_shape[tensor_d];
+    if (tensor_d == 0 || (old_shape[tensor_d - 1] != 1 &&
+                          old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
+        new_strides[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (tensor_d > 0) {
+        chunk_base_stride = old_strides[tensor_d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return new_strides;
+}
+
+Shape infer_shape(Shape shape, std::int64_t numel) {
+  std::int64_t known = 1;
+  std::int64_t inferred = -1;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == -1) {
+      if (inferred >= 0) throw Error("shape", "at most one -1", shape_string(shape));
+      inferred = static_cast<std::int64_t>(d);
+    } else if (shape[d] < 0) {
+      throw Error("shape", "sizes >= 0 or a single -1", shape_string(shape));
+    } else {
+      known *= shape[d];
+    }
+  }
+  if (inferred >= 0) {
+    if (known == 0 || numel % known != 0) {
+      throw Error("shape", "a shape with " + std::to_string(numel) + " elements",
+                  shape_string(shape));
+    }
+    shape[inferred] = numel / known;
+  } else if (known != numel) {
+    throw Error("shape", "a shape with " + std::to_string(numel) + " elements",
+                shape_string(shape));
+  }
+  return shape;
+}
+
+}  // namespace
+
+std::string shape_string(const Shape& shape) {
+  std::string s = "[";
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (d > 0) s += ", ";
+    s += std::to_string(shape[d]);
+  }
+  return s + "]";
+}
+
+Tensor Tensor::empty(Shape shape, DType dtype) {
+  Tensor t;
+  t.numel_ = checked_numel(shape, "shape");
+  const std::size_t bytes = static_cast<std::size_t>(t.numel_) * dtype_size(dtype);
+  const std::size_t rounded = std::max<std::size_t>((bytes + kAlignment - 1) / kAlignment, 1) *
+                              kAlignment;
+  void* memory = std::aligned_alloc(kAlignment, rounded);
+  if (memory == nullptr) throw std::bad_alloc();
+  t.storage_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(memory), std::free);
+  t.data_ = t.storage_.get();
+  t.dtype_ = dtype;
+  t.defined_ = true;
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::zeros(Shape shape, DType dtype) {
+  Tensor t = empty(std::move(shape), dtype);
+  std::memset(t.data_, 0, static_cast<std::size_t>(t.numel_) * dtype_size(dtype));
+  return t;
+}
+
+Tensor Tensor::full(Shape shape, double value, DType dtype) {
+  Tensor t = empty(std::move(shape), dtype);
+  t.fill(value);
+  return t;
+}
+
+Tensor Tensor::from_values(Shape shape, const std::vector<double>& values, DType dtype) {
+  Tensor t = empty(std::move(shape), dtype);
+  if (static_cast<std::int64_t>(values.size()) != t.numel_) {
+    throw Error("values", std::to_string(t.numel_) + " values for shape " + shape_string(t.shape_),
+                std::to_string(values.size()));
+  }
+  const std::size_t size = dtype_size(dtype);
+  for (std::int64_t i = 0; i < t.numel_; ++i) {
+    detail::store_element(dtype, t.data_ + i * size, values[i]);
+  }
+  return t;
+}
+
+Tensor Tensor::randn(Shape shape, Generator& generator, DType dtype) {
+  Tensor t = empty(std::move(shape), dtype);
+  const std::size_t size = dtype_size(dtype);
+  for (std::int64_t i = 0; i < t.numel_; ++i) {
+    detail::store_element(dtype, t.data_ + i * size, generator.next_normal());
+  }
+  return t;
+}
+
+Tensor Tensor::uniform(Shape shape, double low, double high, Generator& generator, DType dtype) {
+  if (!(low < high)) {
+    throw Error("high", "a bound above low = " + std::to_string(low), std::to_string(high));
+  }
+  Tensor t = empty(std::move(shape), dtype);
+  const std::size_t size = dtype_size(dtype);
+  for (std::int64_t i = 0; i < t.numel_; ++i) {
+    detail::store_element(dtype, t.data_ + i * size,
+                          low + (high - low) * generator.next_uniform());
+  }
+  return t;
+}
+
+Tensor Tensor::from_blob(void* data, Shape shape, Shape strides, DType dtype) {
+  if (shape.size() != strides.size()) {
+    throw Error("strides", std::to_string(shape.size()) + " strides (one per dimension)",
+                std::to_string(strides.size()));
+  }
+  Tensor t;
+  t.numel_ = checked_numel(shape, "shape");
+  if (data == nullptr && t.numel_ > 0) throw Error("data", "a non-null pointer", "null");
+  t.data_ = static_cast<std::byte*>(data);
+  t.dtype_ = dtype;
+  t.defined_ = true;
+  t.shape_ = std::move(shape);
+  t.strides_ = std::move(strides);
+  return t;
+}
+
+std::int64_t Tensor::size(std::int64_t d) const { return shape_[wrap_dim(d, dim(), "dim")]; }
+
+std::int64_t Tensor::stride(std::int64_t d) const { return strides_[wrap_dim(d, dim(), "dim")]; }
+
+bool Tensor::is_contiguous() const noexcept {
+  std::int64_t expected = 1;
+  for (std::size_t d = shape_.size(); d-- > 0;) {
+    if (shape_[d] == 1) continue;
+    if (strides_[d] != expected) return numel_ == 0;
+    expected *= shape_[d];
+  }
+  return true;
+}
+
+template <class T>
+T* Tensor::data_as() const {
+  constexpr DType kWanted = std::is_same_v<T, double>        ? DType::f64
+                            : std::is_same_v<T, float>       ? DType::f32
+                            : std::is_same_v<T, bf16>        ? DType::bf16
+                            : std::is_same_v<T, f16>         ? DType::f16
+                                                             : DType::boolean;
+  if (dtype_ != kWanted) {
+    throw Error("tensor", "dtype " + std::string(dtype_name(kWanted)),
+                std::string(dtype_name(dtype_)));
+  }
+  return reinterpret_cast<T*>(data_);
+}
+
+template double* Tensor::data_as<double>() const;
+template float* Tensor::data_as<float>() const;
+template bf16* Tensor::data_as<bf16>() const;
+template f16* Tensor::data_as<f16>() const;
+template std::uint8_t* Tensor::data_as<std::uint8_t>() const;
+
+std::int64_t Tensor::offset_of(const std::int64_t* index, std::size_t n) const {
+  if (n != shape_.size()) {
+    throw Error("index", std::to_string(shape_.size()) + " coordinates", std::to_string(n));
+  }
+  std::int64_t offset = 0;
+  for (std::size_t d = 0; d < n; ++d) {
+    if (index[d] < 0 || index[d] >= shape_[d]) {
+      throw Error("index", "coordinate " + std::to_string(d) + " in [0, " +
+                               std::to_string(shape_[d]) + ")",
+                  std::to_string(index[d]));
+    }
+    offset += index[d] * strides_[d];
+  }
+  return offset;
+}
+
+double Tensor::at(std::initializer_list<std::int64_t> index) const {
+  return detail::load_element(
+      dtype_, data_ + offset_of(index.begin(), index.size()) * dtype_size(dtype_));
+}
+
+double Tensor::at(const Shape& index) const {
+  return detail::load_element(dtype_,
+                              data_ + offset_of(index.data(), index.size()) * dtype_size(dtype_));
+}
+
+void Tensor::set(std::initializer_list<std::int64_t> index, double value) {
+  detail::store_element(dtype_,
+                        data_ + offset_of(index.begin(), index.size()) * dtype_size(dtype_), value);
+}
+
+void Tensor::set(const Shape& index, double value) {
+  detail::store_element(dtype_, data_ + offset_of(index.data(), index.size()) * dtype_size(dtype_),
+                        value);
+}
+
+std::vector<double> Tensor::to_vector() const {
+  std::vector<double> values;
+  values.reserve(static_cast<std::size_t>(numel_));
+  const std::size_t size = dtype_size(dtype_);
+  for_each_pair(shape_, strides_, strides_, [&](std::int64_t offset, std::int64_t) {
+    values.push_back(detail::load_element(dtype_, data_ + offset * size));
+  });
+  return values;
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::clone() const {
+  Tensor copy = empty(shape_, dtype_);
+  copy.copy_from(*this);
+  return copy;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return *this;
+  Tensor copy = empty(shape_, dtype);
+  copy.copy_from(*this);
+  return copy;
+}
+
+Tensor Tensor::permute(const Shape& dims) const {
+  if (dims.size() != shape_.size()) {
+    throw Error("dims", std::to_string(shape_.size()) + " dimensions", shape_string(dims));
+  }
+  std::vector<bool> seen(dims.size(), false);
+  Tensor t = *this;
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    const std::int64_t source = wrap_dim(dims[d], dim(), "dims");
+    if (seen[source]) throw Error("dims", "a permutation", shape_string(dims));
+    seen[source] = true;
+    t.shape_[d] = shape_[source];
+    t.strides_[d] = strides_[source];
+  }
+  return t;
+}
+
+Tensor Tensor::transpose(std::int64_t a, std::int64_t b) const {
+  a = wrap_dim(a, dim(), "a");
+  b = wrap_dim(b, dim(), "b");
+  Tensor t = *this;
+  std::swap(t.shape_[a], t.shape_[b]);
+  std::swap(t.strides_[a], t.strides_[b]);
+  return t;
+}
+
+Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end, std::int64_t step) const {
+  d = wrap_dim(d, dim(), "dim");
+  if (step <= 0) throw Error("step", "a positive step", std::to_string(step));
+  const std::int64_t n = shape_[d];
+  auto clamp = [n](std::int64_t x) {
+    if (x < 0) x += n;
+    return std::clamp<std::int64_t>(x, 0, n);
+  };
+  start = clamp(start);
+  end = std::max(clamp(end), start);
+  Tensor t = *this;
+  t.shape_[d] = (end - start + step - 1) / step;
+  t.strides_[d] = strides_[d] * step;
+  t.numel_ = checked_numel(t.shape_, "shape");
+  if (t.numel_ > 0) t.data_ = data_ + start * strides_[d] * static_cast<std::int64_t>(dtype_size(dtype_));
+  return t;
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  shape = infer_shape(std::move(shape), numel_);
+  if (auto strides = view_strides(shape_, strides_, shape)) {
+    Tensor t = *this;
+    t.shape_ = std::move(shape);
+    t.strides_ = std::move(*strides);
+    return t;
+  }
+  return clone().view(std::move(shape));
+}
+
+Tensor Tensor::view(Shape shape) const {
+  shape = infer_shape(std::move(shape), numel_);
+  auto strides = view_strides(shape_, strides_, shape);
+  if (!strides) {
+    throw Error("shape", "a shape whose view fits the strides " + shape_string(strides_) +
+                             " of " + shape_string(shape_) + " (use reshape to copy)",
+                shape_string(shape));
+  }
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  t.strides_ = std::move(*strides);
+  return t;
+}
+
+Tensor Tensor::expand(const Shape& shape) const {
+  if (shape.size() < shape_.size()) {
+    throw Error("shape", "at least " + std::to_string(shape_.size()) + " dimensions",
+                shape_string(shape));
+  }
+  const std::size_t lead = shape.size() - shape_.size();
+  Tensor t = *this;
+  t.shape_ = shape;
+  t.strides_.assign(shape.size(), 0);
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (d < lead) {
+      if (shape[d] < 0) throw Error("shape", "non-negative sizes", shape_string(shape));
+      continue;
+    }
+    const std::int64_t have = shape_[d - lead];
+    if (have == shape[d]) {
+      t.strides_[d] = strides_[d - lead];
+    } else if (have != 1) {
+      throw Error("shape", "a shape that " + shape_string(shape_) + " broadcasts to",
+                  shape_string(shape));
+    }
+  }
+  t.numel_ = checked_numel(t.shape_, "shape");
+  return t;
+}
+
+Tensor Tensor::unsqueeze(std::int64_t d) const {
+  d = wrap_dim(d, dim() + 1, "dim");
+  Tensor t = *this;
+  const std::int64_t stride =
+      d < dim() ? strides_[d] * shape_[d] : 1;
+  t.shape_.insert(t.shape_.begin() + d, 1);
+  t.strides_.insert(t.strides_.begin() + d, stride);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  if (!src.defined_ || !defined_) {
+    throw Error("src", "defined tensors", !src.defined_ ? "an undefined source" : "an undefined destination");
+  }
+  if (src.shape_ != shape_) {
+    throw Error("src", "shape " + shape_string(shape_), shape_string(src.shape_));
+  }
+  if (numel_ == 0) return;
+  // A source that shares storage with this tensor is copied out first, so overlapping views
+  // read the values they had before the copy.
+  if (overlaps(src)) {
+    const Tensor staged = src.clone();
+    copy_from(staged);
+    return;
+  }
+  const std::size_t dst_size = dtype_size(dtype_);
+  const std::size_t src_size = dtype_size(src.dtype_);
+  if (dtype_ == src.dtype_ && is_contiguous() && src.is_contiguous()) {
+    std::memmove(data_, src.data_, static_cast<std::size_t>(numel_) * dst_size);
+    return;
+  }
+  for_each_pair(shape_, strides_, src.strides_, [&](std::int64_t dst, std::int64_t from) {
+    if (dtype_ == src.dtype_) {
+      std::memcpy(data_ + dst * dst_size, src.data_ + from * src_size, dst_size);
+    } else {
+      detail::store_element(dtype_, data_ + dst * dst_size,
+                            detail::load_element(src.dtype_, src.data_ + from * src_size));
+    }
+  });
+}
+
+void Tensor::fill(double value) {
+  if (numel_ == 0) return;
+  const std::size_t size = dtype_size(dtype_);
+  std::byte pattern[8];
+  detail::store_element(dtype_, pattern, value);
+  for_each_pair(shape_, strides_, strides_, [&](std::int64_t offset, std::int64_t) {
+    std::memcpy(data_ + offset * size, pattern, size);
+  });
+}
+
+std::pair<const std::byte*, const std::byte*> Tensor::byte_range() const noexcept {
+  const std::byte* low = data_;
+  const std::byte* high = data_;
+  const auto size = static_cast<std::int64_t>(dtype_size(dtype_));
+  for (std::size_t d = 0; d < shape_.size(); ++d) {
+    const std::int64_t extent = (shape_[d] - 1) * strides_[d] * size;
+    (extent < 0 ? low : high) += extent;
+  }
+  return {low, high + size};
+}
+
+bool Tensor::overlaps(const Tensor& other) const noexcept {
+  if (numel_ == 0 || other.numel_ == 0) return false;
+  const auto [a_low, a_high] = byte_range();
+  const auto [b_low, b_high] = other.byte_range();
+  return a_low < b_high && b_low < a_high;
+}
+
+std::string Tensor::describe() const {
+  if (!defined_) return "undefined";
+  std::string s = std::string(dtype_name(dtype_)) + shape_string(shape_);
+  if (!is_contiguous()) s += " (strided " + shape_string(strides_) + ")";
+  return s;
+}
+
+}  // namespace qkv

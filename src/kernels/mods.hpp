@@ -1,0 +1,66 @@
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/params.hpp"
+#include "qkv/attention.hpp"
+
+namespace qkv::kernels {
+
+// Per-batch valid lengths: tq = query_lengths[b] (else Tq), tk = key_lengths[b] (else Tk).
+struct Lengths {
+  std::int64_t Tq = 0, Tk = 0;
+  const std::int64_t* query = nullptr;  // [B] or null
+  const std::int64_t* key = nullptr;    // [B] or null
+  std::int64_t tq(std::int64_t b) const noexcept { return query ? query[b] : Tq; }
+  std::int64_t tk(std::int64_t b) const noexcept { return key ? key[b] : Tk; }
+};
+
+// mask_mod(b, h, i, j) -> keep: every built-in mask option at once (step 3 of the semantics).
+struct BuiltinMask {
+  Lengths lengths;
+  Causal causal = Causal::none;
+  std::int64_t window_left = -1;
+  std::int64_t window_right = -1;
+  Broadcast4<std::uint8_t> keep;
+
+  bool operator()(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const noexcept {
+    const std::int64_t tq = lengths.tq(b);
+    const std::int64_t tk = lengths.tk(b);
+    if (i >= tq || j >= tk) return false;
+    const std::int64_t diagonal = i + tk - tq;  // the bottom-right aligned diagonal of row i
+    if (causal == Causal::top_left && j > i) return false;
+    if (causal == Causal::bottom_right && j > diagonal) return false;
+    if (window_left >= 0 && j < diagonal - window_left) return false;
+    if (window_right >= 0 && j > diagonal + window_right) return false;
+    if (keep && keep(b, h, i, j) == 0) return false;
+    return true;
+  }
+};
+
+// score_mod(s, b, h, i, j) -> s': soft-capping, additive bias and ALiBi (steps 1-2). Generic in
+// S so that it evaluates on Dual<T> for the backward's ds'/ds.
+template <class T>
+struct BuiltinScore {
+  Lengths lengths;
+  T softcap = 0;
+  Broadcast4<T> bias;
+  const double* alibi_slopes = nullptr;  // [Hq] or null
+
+  template <class S>
+  S operator()(S s, std::int64_t b, std::int64_t h, std::int64_t i,
+               std::int64_t j) const noexcept {
+    using std::tanh;
+    if (softcap > 0) s = softcap * tanh(s / softcap);
+    if (bias) s = s + bias(b, h, i, j);
+    if (alibi_slopes != nullptr) {
+      const std::int64_t distance = i + lengths.tk(b) - lengths.tq(b) - j;
+      s = s - static_cast<T>(alibi_slopes[h] * static_cast<double>(distance < 0 ? -distance
+                                                                                  : distance));
+    }
+    return s;
+  }
+};
+
+}  // namespace qkv::kernels

@@ -1,0 +1,163 @@
+#pragma once
+
+// The oracle: attention decomposed exactly as the semantics read, one (b, h) at a time, with
+// the score row S and probability row P materialized. Scalar, in the compute type T (double or
+// float), on contiguous canonical-layout arrays. Every fused kernel is checked against it.
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "kernels/dual.hpp"
+#include "kernels/params.hpp"
+#include "qkv/philox.hpp"
+
+namespace qkv::kernels::reference {
+
+// Index helpers for the canonical layouts.
+inline std::int64_t qo_row(const Dims& d, std::int64_t b, std::int64_t i, std::int64_t h) {
+  return (b * d.Tq + i) * d.Hq + h;  // row of q/out/dq/dout [B, Tq, Hq, *]
+}
+inline std::int64_t kv_row(const Dims& d, std::int64_t b, std::int64_t j, std::int64_t hk) {
+  return (b * d.Tk + j) * d.Hk + hk;  // row of k/v/dk/dv [B, Tk, Hk, *]
+}
+inline std::int64_t lse_index(const Dims& d, std::int64_t b, std::int64_t h, std::int64_t i) {
+  return (b * d.Hq + h) * d.Tq + i;  // lse [B, Hq, Tq]
+}
+
+template <class T>
+T dot(const T* a, const T* b, std::int64_t n) {
+  T sum = 0;
+  for (std::int64_t c = 0; c < n; ++c) sum += a[c] * b[c];
+  return sum;
+}
+
+// The dropout multiplier of P[b, h, i, j]: 0 when dropped, 1 / (1 - p) when kept.
+template <class T>
+T dropout_scale(const Dims& d, const DropoutParams& dropout, std::int64_t b, std::int64_t h,
+                std::int64_t i, std::int64_t j) {
+  if (!dropout.enabled()) return T(1);
+  const bool keep = dropout_keep(dropout.seed, dropout.offset,
+                                 static_cast<std::uint32_t>(b * d.Hq + h),
+                                 static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j),
+                                 dropout.p);
+  return keep ? static_cast<T>(1.0 / (1.0 - dropout.p)) : T(0);
+}
+
+// Row i of S (after score_mod) and of the keep mask, for head h of batch b.
+template <class T, class ScoreMod, class MaskMod>
+void score_row(const Dims& d, const T* q, const T* k, T scale, const ScoreMod& score_mod,
+               const MaskMod& mask_mod, std::int64_t b, std::int64_t h, std::int64_t i, T* s,
+               bool* kept) {
+  const std::int64_t hk = h / d.group();
+  const T* qi = q + qo_row(d, b, i, h) * d.D;
+  for (std::int64_t j = 0; j < d.Tk; ++j) {
+    kept[j] = mask_mod(b, h, i, j);
+    s[j] = kept[j] ? score_mod(scale * dot(qi, k + kv_row(d, b, j, hk) * d.D, d.D), b, h, i, j)
+                   : T(0);
+  }
+}
+
+// q [B,Tq,Hq,D], k [B,Tk,Hk,D], v [B,Tk,Hk,Dv] -> out [B,Tq,Hq,Dv], lse [B,Hq,Tq];
+// weights [B,Hq,Tq,Tk] (P before dropout) when not null.
+template <class T, class ScoreMod, class MaskMod>
+void attention_fwd_ref(const Dims& d, const T* q, const T* k, const T* v, T scale,
+                       const ScoreMod& score_mod, const MaskMod& mask_mod,
+                       const DropoutParams& dropout, T* out, T* lse, T* weights = nullptr) {
+  std::vector<T> s(d.Tk);
+  std::vector<T> p(d.Tk);
+  std::unique_ptr<bool[]> kept(new bool[d.Tk > 0 ? d.Tk : 1]);
+  for (std::int64_t b = 0; b < d.B; ++b) {
+    for (std::int64_t h = 0; h < d.Hq; ++h) {
+      const std::int64_t hk = h / d.group();
+      for (std::int64_t i = 0; i < d.Tq; ++i) {
+        score_row(d, q, k, scale, score_mod, mask_mod, b, h, i, s.data(), kept.get());
+        // Stable softmax: lse = m + log(sum_j exp(s_j - m)) over the kept keys.
+        T m = -std::numeric_limits<T>::infinity();
+        for (std::int64_t j = 0; j < d.Tk; ++j) {
+          if (kept[j] && s[j] > m) m = s[j];
+        }
+        T* oi = out + qo_row(d, b, i, h) * d.Dv;
+        T* wi = weights ? weights + ((b * d.Hq + h) * d.Tq + i) * d.Tk : nullptr;
+        if (m == -std::numeric_limits<T>::infinity()) {  // every key dropped
+          for (std::int64_t c = 0; c < d.Dv; ++c) oi[c] = 0;
+          if (wi) {
+            for (std::int64_t j = 0; j < d.Tk; ++j) wi[j] = 0;
+          }
+          lse[lse_index(d, b, h, i)] = m;
+          continue;
+        }
+        T sum = 0;
+        for (std::int64_t j = 0; j < d.Tk; ++j) sum += kept[j] ? std::exp(s[j] - m) : T(0);
+        const T row_lse = m + std::log(sum);
+        lse[lse_index(d, b, h, i)] = row_lse;
+        for (std::int64_t j = 0; j < d.Tk; ++j) {
+          p[j] = kept[j] ? std::exp(s[j] - row_lse) : T(0);
+          if (wi) wi[j] = p[j];
+        }
+        for (std::int64_t c = 0; c < d.Dv; ++c) oi[c] = 0;
+        for (std::int64_t j = 0; j < d.Tk; ++j) {
+          const T pd = p[j] * dropout_scale<T>(d, dropout, b, h, i, j);
+          if (pd == 0) continue;
+          const T* vj = v + kv_row(d, b, j, hk) * d.Dv;
+          for (std::int64_t c = 0; c < d.Dv; ++c) oi[c] += pd * vj[c];
+        }
+      }
+    }
+  }
+}
+
+// Backward of attention_fwd_ref. dout, out [B,Tq,Hq,Dv], lse [B,Hq,Tq] -> dq [B,Tq,Hq,D],
+// dk [B,Tk,Hk,D], dv [B,Tk,Hk,Dv] (overwritten), and dbias (accumulated, may be null) indexed
+// through its broadcast offsets so that broadcast dimensions are summed.
+template <class T, class ScoreMod, class MaskMod>
+void attention_bwd_ref(const Dims& d, const T* q, const T* k, const T* v, const T* out,
+                       const T* lse, const T* dout, T scale, const ScoreMod& score_mod,
+                       const MaskMod& mask_mod, const DropoutParams& dropout, T* dq, T* dk,
+                       T* dv, T* dbias, const Broadcast4<T>& dbias_index) {
+  for (std::int64_t n = 0; n < d.B * d.Tq * d.Hq * d.D; ++n) dq[n] = 0;
+  for (std::int64_t n = 0; n < d.B * d.Tk * d.Hk * d.D; ++n) dk[n] = 0;
+  for (std::int64_t n = 0; n < d.B * d.Tk * d.Hk * d.Dv; ++n) dv[n] = 0;
+  std::vector<T> s(d.Tk);
+  std::unique_ptr<bool[]> kept(new bool[d.Tk > 0 ? d.Tk : 1]);
+  for (std::int64_t b = 0; b < d.B; ++b) {
+    for (std::int64_t h = 0; h < d.Hq; ++h) {
+      const std::int64_t hk = h / d.group();
+      for (std::int64_t i = 0; i < d.Tq; ++i) {
+        const T row_lse = lse[lse_index(d, b, h, i)];
+        if (row_lse == -std::numeric_limits<T>::infinity()) continue;  // zero gradients
+        score_row(d, q, k, scale, score_mod, mask_mod, b, h, i, s.data(), kept.get());
+        const T* qi = q + qo_row(d, b, i, h) * d.D;
+        const T* doi = dout + qo_row(d, b, i, h) * d.Dv;
+        T* dqi = dq + qo_row(d, b, i, h) * d.D;
+        // D_i = rowsum(dO_i * O_i), which equals sum_j P_ij dP_ij even with dropout.
+        const T delta = dot(doi, out + qo_row(d, b, i, h) * d.Dv, d.Dv);
+        for (std::int64_t j = 0; j < d.Tk; ++j) {
+          if (!kept[j]) continue;
+          const T* kj = k + kv_row(d, b, j, hk) * d.D;
+          const T* vj = v + kv_row(d, b, j, hk) * d.Dv;
+          // forward: P_ij = exp(s_ij - lse_i); Pd_ij = P_ij * z_ij; out_i = sum_j Pd_ij v_j
+          const T p = std::exp(s[j] - row_lse);
+          const T z = dropout_scale<T>(d, dropout, b, h, i, j);
+          T* dvj = dv + kv_row(d, b, j, hk) * d.Dv;
+          for (std::int64_t c = 0; c < d.Dv; ++c) dvj[c] += p * z * doi[c];
+          // dP_ij = z_ij (dO_i . v_j); dS_ij = P_ij (dP_ij - D_i)
+          const T ds = p * (z * dot(doi, vj, d.Dv) - delta);
+          if (dbias != nullptr) dbias[dbias_index.offset(b, h, i, j)] += ds;
+          // forward: s_ij = score_mod(scale * q_i . k_j); chain through ds'/ds by dual numbers
+          const T raw = scale * dot(qi, kj, d.D);
+          const T draw = ds * score_mod(Dual<T>{raw, T(1)}, b, h, i, j).d;
+          T* dkj = dk + kv_row(d, b, j, hk) * d.D;
+          for (std::int64_t c = 0; c < d.D; ++c) {
+            dqi[c] += scale * draw * kj[c];
+            dkj[c] += scale * draw * qi[c];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace qkv::kernels::reference

@@ -1,0 +1,16 @@
+# cmake -DQKV=path/to/qkv -P test_cli.cmake: `qkv info` prints what it promises, and a missing
+# subcommand is an error with usage.
+execute_process(COMMAND ${QKV} info RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT code EQUAL 0)
+  message(FATAL_ERROR "qkv info exited ${code}: ${err}")
+endif()
+foreach(pattern "^qkv [0-9]+\\.[0-9]+\\.[0-9]+\n" "simd targets: [A-Z0-9_]+" "threads: [1-9][0-9]*")
+  if(NOT out MATCHES "${pattern}")
+    message(FATAL_ERROR "qkv info output does not match '${pattern}':\n${out}")
+  endif()
+endforeach()
+message("${out}")
+execute_process(COMMAND ${QKV} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(code EQUAL 0)
+  message(FATAL_ERROR "qkv without a subcommand should fail")
+endif()
