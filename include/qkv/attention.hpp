@@ -12,6 +12,11 @@ namespace qkv {
 // top_left keeps j <= i; bottom_right keeps j <= i + tk - tq, so the last query sees every key.
 enum class Causal : std::uint8_t { none, top_left, bottom_right };
 
+// Which implementation computes attention. automatic is the fused CPU kernel; reference is the
+// dense oracle (slow, materializes S and P). The environment variable QKV_BACKEND=reference (or
+// =cpu) overrides the option everywhere, for debugging.
+enum class Backend : std::uint8_t { automatic, reference, cpu };
+
 // A local attention band around the (bottom-right aligned) diagonal: key j is kept for query i
 // when i + tk - tq - left <= j <= i + tk - tq + right. -1 leaves that side unbounded.
 struct Window {
@@ -42,6 +47,7 @@ struct AttentionOptions {
   double dropout_p = 0.0;            // in [0, 1)
   std::uint64_t seed = 0;            // dropout: Philox key
   std::uint64_t offset = 0;          // dropout: Philox counter offset
+  Backend backend = Backend::automatic;
 };
 
 struct AttentionOutput {

@@ -1,15 +1,29 @@
 #include "qkv/attention.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "attention/validate.hpp"
+#include "kernels/cpu/entry.hpp"
 #include "kernels/problem.hpp"
 #include "kernels/reference/entry.hpp"
 #include "qkv/error.hpp"
 
 namespace qkv {
 namespace {
+
+// QKV_BACKEND (reference or cpu) overrides the option, like ggml's forced reference mode.
+bool use_reference(Backend requested) {
+  if (const char* forced = std::getenv("QKV_BACKEND")) {
+    const std::string_view name(forced);
+    if (name == "reference") return true;
+    if (name == "cpu") return false;
+    if (!name.empty()) throw Error("QKV_BACKEND", "reference, cpu or unset", std::string(name));
+  }
+  return requested == Backend::reference;
+}
 
 template <class T>
 constexpr DType dtype_of() {
@@ -74,8 +88,13 @@ void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, con
   const Prepared<T> prepared(dims, q, k, v, options);
   Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, dims.Dv}, dtype_of<T>());
   Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
-  kernels::reference::forward(prepared.problem, static_cast<T*>(out_t.data()),
-                              static_cast<T*>(lse_t.data()), static_cast<T*>(nullptr));
+  if (use_reference(options.backend)) {
+    kernels::reference::forward(prepared.problem, static_cast<T*>(out_t.data()),
+                                static_cast<T*>(lse_t.data()), static_cast<T*>(nullptr));
+  } else {
+    kernels::cpu::forward(prepared.problem, static_cast<T*>(out_t.data()),
+                          static_cast<T*>(lse_t.data()));
+  }
   out.copy_from(out_t);
   lse.copy_from(lse_t);
 }
@@ -97,11 +116,12 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
     dbias = Tensor::zeros(options.bias.shape(), dtype_of<T>());
     dbias_index = broadcast4<T>(dbias);
   }
-  kernels::reference::backward(prepared.problem, static_cast<const T*>(out_t.data()),
-                               static_cast<const T*>(lse_t.data()),
-                               static_cast<const T*>(dout_t.data()), static_cast<T*>(dq.data()),
-                               static_cast<T*>(dk.data()), static_cast<T*>(dv.data()),
-                               static_cast<T*>(dbias.data()), dbias_index);
+  const auto backward = use_reference(options.backend) ? &kernels::reference::backward<T>
+                                                       : &kernels::cpu::backward<T>;
+  backward(prepared.problem, static_cast<const T*>(out_t.data()),
+           static_cast<const T*>(lse_t.data()), static_cast<const T*>(dout_t.data()),
+           static_cast<T*>(dq.data()), static_cast<T*>(dk.data()), static_cast<T*>(dv.data()),
+           static_cast<T*>(dbias.data()), dbias_index);
   grads.dq.copy_from(dq);
   grads.dk.copy_from(dk);
   grads.dv.copy_from(dv);

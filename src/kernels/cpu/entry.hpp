@@ -1,0 +1,22 @@
+#pragma once
+
+#include "kernels/params.hpp"
+#include "kernels/problem.hpp"
+
+namespace qkv::kernels::cpu {
+
+// The fused CPU backend (T = float or double). Same contract as the reference's entry points;
+// Highway picks the best SIMD target of this CPU once, on the first call.
+
+// -> out [B, Tq, Hq, Dv], lse [B, Hq, Tq].
+template <class T>
+void forward(const Problem<T>& problem, T* out, T* lse);
+
+// out, dout [B, Tq, Hq, Dv], lse [B, Hq, Tq] -> dq [B, Tq, Hq, D], dk [B, Tk, Hk, D],
+// dv [B, Tk, Hk, Dv]; dbias (zeroed by the caller, may be null) accumulates dS through
+// dbias_index. Bitwise the same for any thread count.
+template <class T>
+void backward(const Problem<T>& problem, const T* out, const T* lse, const T* dout, T* dq, T* dk,
+              T* dv, T* dbias, const Broadcast4<T>& dbias_index);
+
+}  // namespace qkv::kernels::cpu

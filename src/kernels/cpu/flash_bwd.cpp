@@ -1,0 +1,287 @@
+// The fused backward. P is recomputed tile by tile from the saved lse; nothing of size Tq x Tk
+// is stored. Work is split over (batch, k/v head, key chunk): each item owns the dK and dV rows
+// of its keys, and writes its share of dQ into a partial buffer of its chunk; the partials are
+// summed in chunk order at the end. The number of chunks depends on the problem only, never on
+// the thread count, and no two items write the same element, so the result is bitwise the same
+// on any number of threads.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/flash_bwd.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "hwy/aligned_allocator.h"
+#include "hwy/highway.h"
+#include "kernels/cpu/entry.hpp"
+#include "kernels/cpu/gemm-inl.h"
+#include "kernels/cpu/pack.hpp"
+#include "kernels/cpu/tile-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::cpu::HWY_NAMESPACE {
+
+constexpr std::int64_t kBq = TileTraits::kBlockQ;
+
+// Per-thread scratch of the backward: score/probability tile, its transpose, dP, dropout
+// factors, the score mod's derivative, and the dK/dV accumulators of one k-block.
+template <class T>
+struct BackwardScratch {
+  hwy::AlignedFreeUniquePtr<T[]> p, pt, dp, z, grad, dk, dv;
+  BackwardScratch(std::int64_t dim, std::int64_t dim_v)
+      : p(hwy::AllocateAligned<T>(kBq * kBk)),
+        pt(hwy::AllocateAligned<T>(kBk * kBq)),
+        dp(hwy::AllocateAligned<T>(kBq * kBk)),
+        z(hwy::AllocateAligned<T>(kBq * kBk)),
+        grad(hwy::AllocateAligned<T>(kBq * kBk)),
+        dk(hwy::AllocateAligned<T>(kBk * dim)),
+        dv(hwy::AllocateAligned<T>(kBk * dim_v)) {}
+};
+
+// Packed operands shared by all items: K^T and V^T of every (b, k/v head), [D or Dv, tk_pad].
+template <class T>
+struct Packed {
+  std::int64_t tk_pad = 0;
+  const T* kt = nullptr;
+  const T* vt = nullptr;
+};
+
+// dst [cols, rows] = src [rows, ld]^T restricted to rows x cols.
+template <class T>
+void transpose_tile(const T* src, std::int64_t rows, std::int64_t cols, T* dst) {
+  for (std::int64_t c = 0; c < cols; ++c) {
+    for (std::int64_t r = 0; r < rows; ++r) dst[c * kBq + r] = src[r * kBk + c];
+  }
+}
+
+// One tile: rows [i0, i0 + rows) of head h against keys [j0, j0 + cols) of k/v head hk.
+// Accumulates into scratch.dk / scratch.dv (this k-block), dq_part and dbias.
+template <class T>
+void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, const T* dout,
+                   const T* delta, std::int64_t b, std::int64_t h, std::int64_t i0,
+                   std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
+                   BackwardScratch<T>& scratch, T* dq_part, T* dbias,
+                   const Broadcast4<T>& dbias_index) {
+  const Dims& d = p.dims;
+  const std::int64_t hk = h / d.group();
+  const std::int64_t head = b * d.Hk + hk;
+  const T* q = p.q + ((b * d.Tq + i0) * d.Hq + h) * d.D;  // rows stride Hq * D
+  const T* k = p.k + ((b * d.Tk + j0) * d.Hk + hk) * d.D;  // rows stride Hk * D
+  const T* dob = dout + ((b * d.Tq + i0) * d.Hq + h) * d.Dv;  // rows stride Hq * Dv
+  const T* lse_row = lse + (b * d.Hq + h) * d.Tq + i0;
+  const T* delta_row = delta + (b * d.Hq + h) * d.Tq + i0;
+  const bool softcap = p.score_mod.softcap > 0;
+  const bool dropout = p.dropout.enabled();
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  T* P = scratch.p.get();
+  T* dP = scratch.dp.get();
+  T* Z = scratch.z.get();
+  T* grad = scratch.grad.get();
+
+  // forward: s = score_mod(scale * q . k), masked; P = exp(s - lse)
+  gemm(rows, kBk, d.D, q, d.Hq * d.D, packed.kt + head * d.D * packed.tk_pad + j0,
+       packed.tk_pad, P, kBk, false);
+  score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* row = P + r * kBk;
+    if (lse_row[r] == kNegInf) {
+      std::fill(row, row + kBk, T(0));  // every key of this row dropped: zero gradients
+    } else {
+      row_exp(row, lse_row[r]);
+    }
+  }
+  if (dropout) dropout_tile(p, b, h, i0, rows, j0, cols, Z);
+
+  // forward: out = (P * Z) V  ->  dV += (P * Z)^T dO
+  T* PT = scratch.pt.get();
+  if (dropout) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      for (std::int64_t r = 0; r < rows; ++r) PT[c * kBq + r] = P[r * kBk + c] * Z[r * kBk + c];
+    }
+  } else {
+    transpose_tile(P, rows, cols, PT);
+  }
+  gemm(cols, d.Dv, rows, PT, kBq, dob, d.Hq * d.Dv, scratch.dv.get(), d.Dv, true);
+
+  // dP = (dO V^T) * Z; dS = P * (dP - D_i), with D_i = rowsum(dO_i * O_i)
+  gemm(rows, kBk, d.Dv, dob, d.Hq * d.Dv, packed.vt + head * d.Dv * packed.tk_pad + j0,
+       packed.tk_pad, dP, kBk, false);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* dp = dP + r * kBk;
+    const T* pr = P + r * kBk;
+    if (dropout) row_mul(dp, Z + r * kBk);
+    for (std::int64_t c = 0; c < cols; ++c) dp[c] = pr[c] * (dp[c] - delta_row[r]);
+    // forward: s += bias  ->  dbias = dS, summed over the bias's broadcast dimensions
+    if (dbias != nullptr) {
+      for (std::int64_t c = 0; c < cols; ++c) dbias[dbias_index.offset(b, h, i0 + r, j0 + c)] += dp[c];
+    }
+    // forward: s = score_mod(scale * q . k)  ->  d(q . k) = dS * score_mod' * scale
+    if (softcap) row_mul(dp, grad + r * kBk);
+    for (std::int64_t c = 0; c < cols; ++c) dp[c] *= p.scale;
+  }
+  // dQ += dS K ; dK += dS^T Q
+  gemm(rows, d.D, cols, dP, kBk, k, d.Hk * d.D,
+       dq_part + ((b * d.Tq + i0) * d.Hq + h) * d.D, d.Hq * d.D, true);
+  transpose_tile(dP, rows, cols, PT);
+  gemm(cols, d.D, rows, PT, kBq, q, d.Hq * d.D, scratch.dk.get(), d.D, true);
+}
+
+// Work item: keys of k-blocks [kb_lo, kb_hi) for batches [b_lo, b_hi) and k/v heads
+// [hk_lo, hk_hi).
+template <class T>
+void backward_item(const Problem<T>& p, const Packed<T>& packed, const T* lse, const T* dout,
+                   const T* delta, std::int64_t b_lo, std::int64_t b_hi, std::int64_t hk_lo,
+                   std::int64_t hk_hi, std::int64_t kb_lo, std::int64_t kb_hi,
+                   BackwardScratch<T>& scratch, T* dq_part, T* dk, T* dv, T* dbias,
+                   const Broadcast4<T>& dbias_index) {
+  const Dims& d = p.dims;
+  for (std::int64_t b = b_lo; b < b_hi; ++b) {
+    for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+      for (std::int64_t kb = kb_lo; kb < kb_hi; ++kb) {
+        const std::int64_t j0 = kb * kBk;
+        const std::int64_t cols = std::min(kBk, d.Tk - j0);
+        std::fill(scratch.dk.get(), scratch.dk.get() + cols * d.D, T(0));
+        std::fill(scratch.dv.get(), scratch.dv.get() + cols * d.Dv, T(0));
+        const Range queries = query_range(p.mask_mod, b, j0, j0 + cols);
+        for (std::int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
+          for (std::int64_t i0 = queries.lo / kBq * kBq; i0 < queries.hi; i0 += kBq) {
+            const std::int64_t rows =
+                std::min({kBq, d.Tq - i0, p.mask_mod.lengths.tq(b) - i0});
+            const TileKind kind = classify(p.mask_mod, b, i0, i0 + rows, j0, j0 + cols);
+            if (kind == TileKind::empty) continue;
+            backward_tile(p, packed, lse, dout, delta, b, h, i0, rows, j0, cols, kind, scratch,
+                          dq_part, dbias, dbias_index);
+          }
+        }
+        for (std::int64_t c = 0; c < cols; ++c) {
+          std::copy_n(scratch.dk.get() + c * d.D, d.D, dk + ((b * d.Tk + j0 + c) * d.Hk + hk) * d.D);
+          std::copy_n(scratch.dv.get() + c * d.Dv, d.Dv,
+                      dv + ((b * d.Tk + j0 + c) * d.Hk + hk) * d.Dv);
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dout, T* dq, T* dk,
+                   T* dv, T* dbias, const Broadcast4<T>& dbias_index) {
+  const Dims& d = p.dims;
+  const std::int64_t q_elems = d.B * d.Tq * d.Hq * d.D;
+  // D_i = rowsum(dO_i * O_i), [B, Hq, Tq].
+  auto delta = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(d.B * d.Hq * d.Tq, 1)));
+#pragma omp parallel for schedule(static)
+  for (std::int64_t row = 0; row < d.B * d.Tq * d.Hq; ++row) {
+    const std::int64_t h = row % d.Hq;
+    const std::int64_t bi = row / d.Hq;
+    T sum = 0;
+    for (std::int64_t c = 0; c < d.Dv; ++c) sum += dout[row * d.Dv + c] * out[row * d.Dv + c];
+    delta[(bi / d.Tq * d.Hq + h) * d.Tq + bi % d.Tq] = sum;
+  }
+  std::fill(dk, dk + d.B * d.Tk * d.Hk * d.D, T(0));
+  std::fill(dv, dv + d.B * d.Tk * d.Hk * d.Dv, T(0));
+  if (d.Tk == 0) {
+    std::fill(dq, dq + q_elems, T(0));
+    return;
+  }
+
+  Packed<T> packed;
+  packed.tk_pad = round_up(d.Tk, kBk);
+  auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
+  auto vt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * packed.tk_pad));
+#pragma omp parallel for schedule(static)
+  for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
+    const std::int64_t b = bh / d.Hk;
+    const std::int64_t hk = bh % d.Hk;
+    pack_transposed(p.k + (b * d.Tk * d.Hk + hk) * d.D, d.Hk * d.D, d.Tk, d.D, packed.tk_pad,
+                    kt.get() + bh * d.D * packed.tk_pad);
+    pack_transposed(p.v + (b * d.Tk * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Tk, d.Dv, packed.tk_pad,
+                    vt.get() + bh * d.Dv * packed.tk_pad);
+  }
+  packed.kt = kt.get();
+  packed.vt = vt.get();
+
+  // Items must not share dbias elements: a bias broadcast over B, heads or keys keeps those
+  // dimensions inside one item.
+  const bool shared_b = dbias != nullptr && dbias_index.stride[0] == 0;
+  const bool shared_h = dbias != nullptr && dbias_index.stride[1] == 0;
+  const bool shared_j = dbias != nullptr && dbias_index.stride[3] == 0;
+  const std::int64_t k_blocks = (d.Tk + kBk - 1) / kBk;
+  // Chunks of at least 4 k-blocks, at most 8 chunks: enough items to balance two to a few
+  // threads, and dQ partials of at most 8x the size of dQ.
+  const std::int64_t chunks =
+      shared_j ? 1 : std::clamp<std::int64_t>(k_blocks / 4, 1, 8);
+  const std::int64_t nb = shared_b ? 1 : d.B;
+  const std::int64_t nh = shared_h ? 1 : d.Hk;
+  hwy::AlignedFreeUniquePtr<T[]> partials;
+  if (chunks > 1) partials = hwy::AllocateAligned<T>(static_cast<size_t>(chunks * q_elems));
+  T* dq_base = chunks > 1 ? partials.get() : dq;
+  std::fill(dq_base, dq_base + chunks * q_elems, T(0));
+
+  const std::int64_t items = nb * nh * chunks;
+#pragma omp parallel
+  {
+    BackwardScratch<T> scratch(d.D, d.Dv);
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t item = 0; item < items; ++item) {
+      const std::int64_t chunk = item % chunks;
+      const std::int64_t hi = item / chunks % nh;
+      const std::int64_t bi = item / chunks / nh;
+      const std::int64_t b_lo = shared_b ? 0 : bi;
+      const std::int64_t hk_lo = shared_h ? 0 : hi;
+      backward_item(p, packed, lse, dout, delta.get(), b_lo, shared_b ? d.B : bi + 1, hk_lo,
+                    shared_h ? d.Hk : hi + 1, chunk * k_blocks / chunks,
+                    (chunk + 1) * k_blocks / chunks, scratch, dq_base + chunk * q_elems, dk, dv,
+                    dbias, dbias_index);
+    }
+  }
+  if (chunks > 1) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t n = 0; n < q_elems; ++n) {
+      T sum = dq_base[n];
+      for (std::int64_t c = 1; c < chunks; ++c) sum += dq_base[c * q_elems + n];
+      dq[n] = sum;
+    }
+  }
+}
+
+void BackwardF32(const Problem<float>& p, const float* out, const float* lse, const float* dout,
+                 float* dq, float* dk, float* dv, float* dbias,
+                 const Broadcast4<float>& dbias_index) {
+  backward_impl(p, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+}
+void BackwardF64(const Problem<double>& p, const double* out, const double* lse,
+                 const double* dout, double* dq, double* dk, double* dv, double* dbias,
+                 const Broadcast4<double>& dbias_index) {
+  backward_impl(p, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+}
+
+}  // namespace qkv::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::kernels::cpu {
+
+HWY_EXPORT(BackwardF32);
+HWY_EXPORT(BackwardF64);
+
+template <>
+void backward(const Problem<float>& problem, const float* out, const float* lse,
+              const float* dout, float* dq, float* dk, float* dv, float* dbias,
+              const Broadcast4<float>& dbias_index) {
+  HWY_DYNAMIC_DISPATCH(BackwardF32)(problem, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+}
+
+template <>
+void backward(const Problem<double>& problem, const double* out, const double* lse,
+              const double* dout, double* dq, double* dk, double* dv, double* dbias,
+              const Broadcast4<double>& dbias_index) {
+  HWY_DYNAMIC_DISPATCH(BackwardF64)(problem, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+}
+
+}  // namespace qkv::kernels::cpu
+#endif

@@ -1,0 +1,131 @@
+// Per-tile pieces shared by the fused forward and backward: the score tile with its mods and
+// mask, the dropout factors, and the row operations of the softmax. Per-target include guard.
+#if defined(QKV_KERNELS_CPU_TILE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_KERNELS_CPU_TILE_INL_H_
+#undef QKV_KERNELS_CPU_TILE_INL_H_
+#else
+#define QKV_KERNELS_CPU_TILE_INL_H_
+#endif
+
+#include <cstdint>
+#include <limits>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+#include "kernels/cpu/block_mask.hpp"
+#include "kernels/cpu/tile_traits.hpp"
+#include "kernels/dual.hpp"
+#include "kernels/problem.hpp"
+#include "qkv/philox.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr std::int64_t kBk = TileTraits::kBlockK;
+
+// S [rows, kBk] holds q_i . k_j for keys j0 + c. Turns it into s' = score_mod(scale * S) where
+// the mask keeps (i0 + r, j0 + c) and c < cols, -inf elsewhere. With grad, also writes
+// ds'/d(scale * S) (only needed, and only called, when soft-capping is on).
+template <class T>
+void score_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
+                std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind, T* S,
+                T* grad) {
+  const hn::ScalableTag<T> d;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto scale = hn::Set(d, p.scale);
+  for (std::int64_t n = 0; n < rows * kBk; n += L) hn::Store(hn::Mul(hn::Load(d, S + n), scale), d, S + n);
+  const BuiltinScore<T>& mod = p.score_mod;
+  const bool has_mod = mod.softcap > 0 || mod.bias || mod.alibi_slopes != nullptr;
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* s = S + r * kBk;
+    const std::int64_t i = i0 + r;
+    if (has_mod) {
+      for (std::int64_t c = 0; c < cols; ++c) {
+        if (grad != nullptr) {
+          const Dual<T> out = mod(Dual<T>{s[c], T(1)}, b, h, i, j0 + c);
+          s[c] = out.v;
+          grad[r * kBk + c] = out.d;
+        } else {
+          s[c] = mod(s[c], b, h, i, j0 + c);
+        }
+      }
+    }
+    if (kind == TileKind::partial) {
+      for (std::int64_t c = 0; c < cols; ++c) {
+        if (!p.mask_mod(b, h, i, j0 + c)) s[c] = kNegInf;
+      }
+    }
+    for (std::int64_t c = cols; c < kBk; ++c) s[c] = kNegInf;
+  }
+}
+
+// Z [rows, kBk]: the dropout factor of (i0 + r, j0 + c), 0 or 1 / (1 - p). j0 is a multiple of
+// 4, so each Philox call serves four consecutive keys.
+template <class T>
+void dropout_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
+                  std::int64_t rows, std::int64_t j0, std::int64_t cols, T* Z) {
+  const DropoutParams& dropout = p.dropout;
+  const T kept = static_cast<T>(1.0 / (1.0 - dropout.p));
+  const PhiloxKey key = {static_cast<std::uint32_t>(dropout.seed),
+                         static_cast<std::uint32_t>(dropout.seed >> 32) ^
+                             static_cast<std::uint32_t>(dropout.offset >> 32)};
+  const auto bh = static_cast<std::uint32_t>(b * p.dims.Hq + h);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto i = static_cast<std::uint32_t>(i0 + r);
+    for (std::int64_t c = 0; c < cols; c += 4) {
+      const auto j = static_cast<std::uint32_t>(j0 + c);
+      const PhiloxCounter bits = philox4x32_10(
+          {j >> 2, i, bh, static_cast<std::uint32_t>(dropout.offset)}, key);
+      for (std::int64_t lane = 0; lane < 4 && c + lane < cols; ++lane) {
+        const bool keep = static_cast<double>(uniform_from_bits(bits[lane])) >= dropout.p;
+        Z[r * kBk + c + lane] = keep ? kept : T(0);
+      }
+    }
+  }
+}
+
+template <class T>
+T row_max(const T* s) {
+  const hn::ScalableTag<T> d;
+  auto m = hn::Load(d, s);
+  for (std::int64_t c = hn::Lanes(d); c < kBk; c += hn::Lanes(d)) m = hn::Max(m, hn::Load(d, s + c));
+  return hn::GetLane(hn::MaxOfLanes(d, m));
+}
+
+// s[c] <- exp(s[c] - shift), 0 where s[c] is -inf; returns the row sum.
+template <class T>
+T row_exp(T* s, T shift) {
+  const hn::ScalableTag<T> d;
+  const auto neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
+  const auto vshift = hn::Set(d, shift);
+  auto sum = hn::Zero(d);
+  for (std::int64_t c = 0; c < kBk; c += hn::Lanes(d)) {
+    const auto x = hn::Load(d, s + c);
+    const auto e = hn::IfThenZeroElse(hn::Eq(x, neg_inf), hn::Exp(d, hn::Sub(x, vshift)));
+    hn::Store(e, d, s + c);
+    sum = hn::Add(sum, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+// a[n] *= b[n] for a row of kBk elements.
+template <class T>
+void row_mul(T* a, const T* b) {
+  const hn::ScalableTag<T> d;
+  for (std::int64_t c = 0; c < kBk; c += hn::Lanes(d)) {
+    hn::Store(hn::Mul(hn::Load(d, a + c), hn::Load(d, b + c)), d, a + c);
+  }
+}
+
+// x[n] *= factor for n < count (any count).
+template <class T>
+void scale_row(T* x, std::int64_t count, T factor) {
+  for (std::int64_t n = 0; n < count; ++n) x[n] *= factor;
+}
+
+}  // namespace qkv::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // QKV_KERNELS_CPU_TILE_INL_H_
