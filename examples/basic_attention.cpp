@@ -2,7 +2,6 @@
 // and a look at the weights. Prints what it computed and checks one identity on the way.
 #include <cmath>
 #include <cstdio>
-
 #include <qkv/qkv.hpp>
 
 int main() {
@@ -32,13 +31,14 @@ int main() {
 
   // Backward of loss = sum(out): dout is all ones.
   const qkv::Tensor dout = qkv::Tensor::full(fwd.out.shape(), 1.0);
-  const qkv::AttentionGrads grads = qkv::attention_backward(dout, q, k, v, fwd.out, fwd.lse, options);
+  const qkv::AttentionGrads grads =
+      qkv::attention_backward(dout, q, k, v, fwd.out, fwd.lse, options);
   // d(sum out)/dv_j[c] = sum over queries and heads of P_ij; every row of P sums to 1, so each
   // of the Dv = 16 columns of dv sums to Tq * Hq = 24.
   double dv_sum = 0;
   for (const double x : grads.dv.to_vector()) dv_sum += x;
   std::printf("dq %s, dk %s, dv %s; sum(dv) / Dv = %.4f (expected Tq * Hq = 24)\n",
-              grads.dq.describe().c_str(), grads.dk.describe().c_str(),
-              grads.dv.describe().c_str(), dv_sum / 16);
+              grads.dq.describe().c_str(), grads.dk.describe().c_str(), grads.dv.describe().c_str(),
+              dv_sum / 16);
   return std::fabs(dv_sum / 16 - 24) < 1e-4 ? 0 : 1;
 }

@@ -193,15 +193,14 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   attention::expect_tensor(dout, "dout", out_shape(dims), q.dtype());
   attention::expect_tensor(out, "out", out_shape(dims), q.dtype());
   attention::expect_tensor(lse, "lse", lse_shape(dims), attention::lse_dtype(q.dtype()));
-  const std::initializer_list<const Tensor*> inputs = {&dout, &q,           &k,          &v,
-                                                       &out,  &lse,         &options.mask,
-                                                       &options.bias};
+  const std::initializer_list<const Tensor*> inputs = {
+      &dout, &q, &k, &v, &out, &lse, &options.mask, &options.bias};
   attention::expect_output(grads.dq, "grads.dq", q.shape(), q.dtype(), inputs);
   attention::expect_output(grads.dk, "grads.dk", k.shape(), k.dtype(), inputs);
   attention::expect_output(grads.dv, "grads.dv", v.shape(), v.dtype(), inputs);
   if (options.bias.defined()) {
-    attention::expect_output(grads.dbias, "grads.dbias", options.bias.shape(),
-                             options.bias.dtype(), inputs);
+    attention::expect_output(grads.dbias, "grads.dbias", options.bias.shape(), options.bias.dtype(),
+                             inputs);
   }
   const Tensor* written[] = {&grads.dq, &grads.dk, &grads.dv, &grads.dbias};
   for (int a = 0; a < 4; ++a) {
@@ -222,9 +221,9 @@ Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOption
   // P does not depend on v: a one-column v of zeros stands in for it, so that validation and the
   // forward are the ones the other entry points use.
   const bool k_ok = k.defined() && k.dim() == 4;
-  const Tensor v = Tensor::zeros({k_ok ? k.size(0) : 0, k_ok ? k.size(1) : 0,
-                                  k_ok ? k.size(2) : 0, 1},
-                                 q.defined() && is_floating(q.dtype()) ? q.dtype() : DType::f32);
+  const Tensor v =
+      Tensor::zeros({k_ok ? k.size(0) : 0, k_ok ? k.size(1) : 0, k_ok ? k.size(2) : 0, 1},
+                    q.defined() && is_floating(q.dtype()) ? q.dtype() : DType::f32);
   const kernels::Dims dims = attention::validate_inputs(q, k, v, options);
   if (q.dtype() == DType::f64) return weights_as<double>(dims, q, k, v, options, q.dtype());
   return weights_as<float>(dims, q, k, v, options, q.dtype());

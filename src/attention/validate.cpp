@@ -1,8 +1,8 @@
 #include "attention/validate.hpp"
 
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -22,8 +22,8 @@ std::string num(double x) {
 void expect_qkv(const Tensor& t, const char* argument) {
   if (!t.defined()) throw Error(argument, "a tensor", "an undefined tensor");
   if (t.dim() != 4) {
-    throw Error(argument, "4 dimensions [B, T, H, D]", str(t.dim()) + " dimensions " +
-                                                           shape_string(t.shape()));
+    throw Error(argument, "4 dimensions [B, T, H, D]",
+                str(t.dim()) + " dimensions " + shape_string(t.shape()));
   }
   if (!is_floating(t.dtype())) {
     throw Error(argument, "a floating dtype (f64, f32, bf16, f16)",
@@ -43,8 +43,8 @@ void expect_size(const Tensor& t, const char* argument, std::int64_t dim, const 
 // right and either 1 or the full size.
 void expect_broadcastable(const Tensor& t, const char* argument, const Shape& target) {
   if (t.dim() > 4) {
-    throw Error(argument, "at most 4 dimensions broadcastable to [B, Hq, Tq, Tk] = " +
-                              shape_string(target),
+    throw Error(argument,
+                "at most 4 dimensions broadcastable to [B, Hq, Tq, Tk] = " + shape_string(target),
                 shape_string(t.shape()));
   }
   const std::int64_t lead = 4 - t.dim();
@@ -125,8 +125,7 @@ kernels::Dims validate_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
   if (d.D < 1) throw Error("q", "head dim at least 1", str(d.D));
   if (d.Dv < 1) throw Error("v", "head dim at least 1", str(d.Dv));
   if (d.Hk < 1 || d.Hq % d.Hk != 0) {
-    throw Error("k", "a number of heads that divides Hq = " + str(d.Hq) + " (from q)",
-                str(d.Hk));
+    throw Error("k", "a number of heads that divides Hq = " + str(d.Hq) + " (from q)", str(d.Hk));
   }
   // Philox counters hold b * Hq + h, i and j in 32 bits each.
   constexpr std::int64_t kMax32 = std::numeric_limits<std::uint32_t>::max();
@@ -138,8 +137,7 @@ kernels::Dims validate_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
     throw Error("options.scale", "a finite number", num(*options.scale));
   }
   if (options.window.left < -1) {
-    throw Error("options.window.left", "-1 (unbounded) or a width >= 0",
-                str(options.window.left));
+    throw Error("options.window.left", "-1 (unbounded) or a width >= 0", str(options.window.left));
   }
   if (options.window.right < -1) {
     throw Error("options.window.right", "-1 (unbounded) or a width >= 0",
@@ -157,7 +155,8 @@ kernels::Dims validate_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   if (options.bias.defined()) {
     if (!is_floating(options.bias.dtype())) {
-      throw Error("options.bias", "a floating dtype", std::string(dtype_name(options.bias.dtype())));
+      throw Error("options.bias", "a floating dtype",
+                  std::string(dtype_name(options.bias.dtype())));
     }
     expect_broadcastable(options.bias, "options.bias", scores);
   }

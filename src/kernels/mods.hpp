@@ -49,15 +49,14 @@ struct BuiltinScore {
   const double* alibi_slopes = nullptr;  // [Hq] or null
 
   template <class S>
-  S operator()(S s, std::int64_t b, std::int64_t h, std::int64_t i,
-               std::int64_t j) const noexcept {
+  S operator()(S s, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const noexcept {
     using std::tanh;
     if (softcap > 0) s = softcap * tanh(s / softcap);
     if (bias) s = s + bias(b, h, i, j);
     if (alibi_slopes != nullptr) {
       const std::int64_t distance = i + lengths.tk(b) - lengths.tq(b) - j;
-      s = s - static_cast<T>(alibi_slopes[h] * static_cast<double>(distance < 0 ? -distance
-                                                                                  : distance));
+      s = s - static_cast<T>(alibi_slopes[h] *
+                             static_cast<double>(distance < 0 ? -distance : distance));
     }
     return s;
   }

@@ -59,11 +59,11 @@ inline TileKind classify(const BuiltinMask& m, std::int64_t b, std::int64_t i0, 
   const std::int64_t tq = m.lengths.tq(b);
   const std::int64_t tk = m.lengths.tk(b);
   const std::int64_t offset = tk - tq;
-  const bool full =
-      !m.keep && i1 <= tq && j1 <= tk && (m.causal != Causal::top_left || j1 - 1 <= i0) &&
-      (m.causal != Causal::bottom_right || j1 - 1 <= i0 + offset) &&
-      (m.window_right < 0 || j1 - 1 <= i0 + offset + m.window_right) &&
-      (m.window_left < 0 || j0 >= i1 - 1 + offset - m.window_left);
+  const bool full = !m.keep && i1 <= tq && j1 <= tk &&
+                    (m.causal != Causal::top_left || j1 - 1 <= i0) &&
+                    (m.causal != Causal::bottom_right || j1 - 1 <= i0 + offset) &&
+                    (m.window_right < 0 || j1 - 1 <= i0 + offset + m.window_right) &&
+                    (m.window_left < 0 || j0 >= i1 - 1 + offset - m.window_left);
   return full ? TileKind::full : TileKind::partial;
 }
 

@@ -6,8 +6,6 @@
 // on any number of threads.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/flash_bwd.cpp"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-
 #include <omp.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 #include <limits>
 
 #include "hwy/aligned_allocator.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
@@ -69,8 +68,8 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
   const std::int64_t head = b * d.Hk + hk;
-  const T* q = p.q + ((b * d.Tq + i0) * d.Hq + h) * d.D;  // rows stride Hq * D
-  const T* k = p.k + ((b * d.Tk + j0) * d.Hk + hk) * d.D;  // rows stride Hk * D
+  const T* q = p.q + ((b * d.Tq + i0) * d.Hq + h) * d.D;      // rows stride Hq * D
+  const T* k = p.k + ((b * d.Tk + j0) * d.Hk + hk) * d.D;     // rows stride Hk * D
   const T* dob = dout + ((b * d.Tq + i0) * d.Hq + h) * d.Dv;  // rows stride Hq * Dv
   const T* lse_row = lse + (b * d.Hq + h) * d.Tq + i0;
   const T* delta_row = delta + (b * d.Hq + h) * d.Tq + i0;
@@ -83,8 +82,8 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   T* grad = scratch.grad.get();
 
   // forward: s = score_mod(scale * q . k), masked; P = exp(s - lse)
-  gemm(rows, kBk, d.D, q, d.Hq * d.D, packed.kt + head * d.D * packed.tk_pad + j0,
-       packed.tk_pad, P, kBk, false);
+  gemm(rows, kBk, d.D, q, d.Hq * d.D, packed.kt + head * d.D * packed.tk_pad + j0, packed.tk_pad, P,
+       kBk, false);
   score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
   for (std::int64_t r = 0; r < rows; ++r) {
     T* row = P + r * kBk;
@@ -117,15 +116,16 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
     for (std::int64_t c = 0; c < cols; ++c) dp[c] = pr[c] * (dp[c] - delta_row[r]);
     // forward: s += bias  ->  dbias = dS, summed over the bias's broadcast dimensions
     if (dbias != nullptr) {
-      for (std::int64_t c = 0; c < cols; ++c) dbias[dbias_index.offset(b, h, i0 + r, j0 + c)] += dp[c];
+      for (std::int64_t c = 0; c < cols; ++c)
+        dbias[dbias_index.offset(b, h, i0 + r, j0 + c)] += dp[c];
     }
     // forward: s = score_mod(scale * q . k)  ->  d(q . k) = dS * score_mod' * scale
     if (softcap) row_mul(dp, grad + r * kBk);
     for (std::int64_t c = 0; c < cols; ++c) dp[c] *= p.scale;
   }
   // dQ += dS K ; dK += dS^T Q
-  gemm(rows, d.D, cols, dP, kBk, k, d.Hk * d.D,
-       dq_part + ((b * d.Tq + i0) * d.Hq + h) * d.D, d.Hq * d.D, true);
+  gemm(rows, d.D, cols, dP, kBk, k, d.Hk * d.D, dq_part + ((b * d.Tq + i0) * d.Hq + h) * d.D,
+       d.Hq * d.D, true);
   transpose_tile(dP, rows, cols, PT);
   gemm(cols, d.D, rows, PT, kBq, q, d.Hq * d.D, scratch.dk.get(), d.D, true);
 }
@@ -149,8 +149,7 @@ void backward_item(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
         const Range queries = query_range(p.mask_mod, b, j0, j0 + cols);
         for (std::int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
           for (std::int64_t i0 = queries.lo / kBq * kBq; i0 < queries.hi; i0 += kBq) {
-            const std::int64_t rows =
-                std::min({kBq, d.Tq - i0, p.mask_mod.lengths.tq(b) - i0});
+            const std::int64_t rows = std::min({kBq, d.Tq - i0, p.mask_mod.lengths.tq(b) - i0});
             const TileKind kind = classify(p.mask_mod, b, i0, i0 + rows, j0, j0 + cols);
             if (kind == TileKind::empty) continue;
             backward_tile(p, packed, lse, dout, delta, b, h, i0, rows, j0, cols, kind, scratch,
@@ -158,7 +157,8 @@ void backward_item(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
           }
         }
         for (std::int64_t c = 0; c < cols; ++c) {
-          std::copy_n(scratch.dk.get() + c * d.D, d.D, dk + ((b * d.Tk + j0 + c) * d.Hk + hk) * d.D);
+          std::copy_n(scratch.dk.get() + c * d.D, d.D,
+                      dk + ((b * d.Tk + j0 + c) * d.Hk + hk) * d.D);
           std::copy_n(scratch.dv.get() + c * d.Dv, d.Dv,
                       dv + ((b * d.Tk + j0 + c) * d.Hk + hk) * d.Dv);
         }
@@ -173,7 +173,8 @@ void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dou
   const Dims& d = p.dims;
   const std::int64_t q_elems = d.B * d.Tq * d.Hq * d.D;
   // D_i = rowsum(dO_i * O_i), [B, Hq, Tq].
-  auto delta = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(d.B * d.Hq * d.Tq, 1)));
+  auto delta =
+      hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(d.B * d.Hq * d.Tq, 1)));
 #pragma omp parallel for schedule(static)
   for (std::int64_t row = 0; row < d.B * d.Tq * d.Hq; ++row) {
     const std::int64_t h = row % d.Hq;
@@ -213,8 +214,7 @@ void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dou
   const std::int64_t k_blocks = (d.Tk + kBk - 1) / kBk;
   // Chunks of at least 4 k-blocks, at most 8 chunks: enough items to balance two to a few
   // threads, and dQ partials of at most 8x the size of dQ.
-  const std::int64_t chunks =
-      shared_j ? 1 : std::clamp<std::int64_t>(k_blocks / 4, 1, 8);
+  const std::int64_t chunks = shared_j ? 1 : std::clamp<std::int64_t>(k_blocks / 4, 1, 8);
   const std::int64_t nb = shared_b ? 1 : d.B;
   const std::int64_t nh = shared_h ? 1 : d.Hk;
   hwy::AlignedFreeUniquePtr<T[]> partials;
@@ -254,8 +254,8 @@ void BackwardF32(const Problem<float>& p, const float* out, const float* lse, co
                  const Broadcast4<float>& dbias_index) {
   backward_impl(p, out, lse, dout, dq, dk, dv, dbias, dbias_index);
 }
-void BackwardF64(const Problem<double>& p, const double* out, const double* lse,
-                 const double* dout, double* dq, double* dk, double* dv, double* dbias,
+void BackwardF64(const Problem<double>& p, const double* out, const double* lse, const double* dout,
+                 double* dq, double* dk, double* dv, double* dbias,
                  const Broadcast4<double>& dbias_index) {
   backward_impl(p, out, lse, dout, dq, dk, dv, dbias, dbias_index);
 }
@@ -270,9 +270,8 @@ HWY_EXPORT(BackwardF32);
 HWY_EXPORT(BackwardF64);
 
 template <>
-void backward(const Problem<float>& problem, const float* out, const float* lse,
-              const float* dout, float* dq, float* dk, float* dv, float* dbias,
-              const Broadcast4<float>& dbias_index) {
+void backward(const Problem<float>& problem, const float* out, const float* lse, const float* dout,
+              float* dq, float* dk, float* dv, float* dbias, const Broadcast4<float>& dbias_index) {
   HWY_DYNAMIC_DISPATCH(BackwardF32)(problem, out, lse, dout, dq, dk, dv, dbias, dbias_index);
 }
 

@@ -4,8 +4,6 @@
 // Tq x Tk matrix never exists; lse is saved for the backward.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/flash_fwd.cpp"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-
 #include <omp.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include <limits>
 
 #include "hwy/aligned_allocator.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"

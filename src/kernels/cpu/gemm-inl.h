@@ -19,8 +19,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // whole K loop; each step loads V vectors of B and broadcasts one element of A per row.
 template <std::int64_t R, std::int64_t V, class D, class T>
 HWY_INLINE void gemm_tile(D d, std::int64_t K, const T* HWY_RESTRICT A, std::int64_t lda,
-                          const T* HWY_RESTRICT B, std::int64_t ldb, T* HWY_RESTRICT C, std::int64_t ldc,
-                          bool accumulate) {
+                          const T* HWY_RESTRICT B, std::int64_t ldb, T* HWY_RESTRICT C,
+                          std::int64_t ldc, bool accumulate) {
   const auto L = static_cast<std::int64_t>(hn::Lanes(d));
   hn::Vec<D> acc[R][V];
   for (std::int64_t r = 0; r < R; ++r) {
@@ -44,8 +44,9 @@ HWY_INLINE void gemm_tile(D d, std::int64_t K, const T* HWY_RESTRICT A, std::int
 // Columns [n, N) that do not fill a vector, one scalar at a time.
 template <class T>
 HWY_INLINE void gemm_scalar_columns(std::int64_t M, std::int64_t n, std::int64_t N, std::int64_t K,
-                                    const T* HWY_RESTRICT A, std::int64_t lda, const T* HWY_RESTRICT B,
-                                    std::int64_t ldb, T* HWY_RESTRICT C, std::int64_t ldc, bool accumulate) {
+                                    const T* HWY_RESTRICT A, std::int64_t lda,
+                                    const T* HWY_RESTRICT B, std::int64_t ldb, T* HWY_RESTRICT C,
+                                    std::int64_t ldc, bool accumulate) {
   for (std::int64_t m = 0; m < M; ++m) {
     for (std::int64_t c = n; c < N; ++c) {
       T sum = accumulate ? C[m * ldc + c] : T(0);
@@ -58,9 +59,9 @@ HWY_INLINE void gemm_scalar_columns(std::int64_t M, std::int64_t n, std::int64_t
 // C[M, N] = (accumulate ? C : 0) + A[M, K] B[K, N], all row-major with leading dimensions
 // lda, ldb, ldc (in elements).
 template <class T>
-HWY_INLINE void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* HWY_RESTRICT A, std::int64_t lda,
-                     const T* HWY_RESTRICT B, std::int64_t ldb, T* HWY_RESTRICT C, std::int64_t ldc,
-                     bool accumulate) {
+HWY_INLINE void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* HWY_RESTRICT A,
+                     std::int64_t lda, const T* HWY_RESTRICT B, std::int64_t ldb, T* HWY_RESTRICT C,
+                     std::int64_t ldc, bool accumulate) {
   const hn::ScalableTag<T> d;
   const auto L = static_cast<std::int64_t>(hn::Lanes(d));
   // 4 rows x 3 vectors: 12 accumulators + 3 loads + 1 broadcast fill AVX2's 16 registers.
@@ -70,8 +71,7 @@ HWY_INLINE void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* HW
   for (; n + kVecs * L <= N; n += kVecs * L) {
     std::int64_t m = 0;
     for (; m + kRows <= M; m += kRows) {
-      gemm_tile<kRows, kVecs>(d, K, A + m * lda, lda, B + n, ldb, C + m * ldc + n, ldc,
-                              accumulate);
+      gemm_tile<kRows, kVecs>(d, K, A + m * lda, lda, B + n, ldb, C + m * ldc + n, ldc, accumulate);
     }
     for (; m < M; ++m) {
       gemm_tile<1, kVecs>(d, K, A + m * lda, lda, B + n, ldb, C + m * ldc + n, ldc, accumulate);

@@ -34,7 +34,8 @@ void score_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_
   const hn::ScalableTag<T> d;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   const auto scale = hn::Set(d, p.scale);
-  for (std::int64_t n = 0; n < rows * kBk; n += L) hn::Store(hn::Mul(hn::Load(d, S + n), scale), d, S + n);
+  for (std::int64_t n = 0; n < rows * kBk; n += L)
+    hn::Store(hn::Mul(hn::Load(d, S + n), scale), d, S + n);
   const BuiltinScore<T>& mod = p.score_mod;
   const bool has_mod = mod.softcap > 0 || mod.bias || mod.alibi_slopes != nullptr;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -76,8 +77,8 @@ void dropout_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int6
     const auto i = static_cast<std::uint32_t>(i0 + r);
     for (std::int64_t c = 0; c < cols; c += 4) {
       const auto j = static_cast<std::uint32_t>(j0 + c);
-      const PhiloxCounter bits = philox4x32_10(
-          {j >> 2, i, bh, static_cast<std::uint32_t>(dropout.offset)}, key);
+      const PhiloxCounter bits =
+          philox4x32_10({j >> 2, i, bh, static_cast<std::uint32_t>(dropout.offset)}, key);
       for (std::int64_t lane = 0; lane < 4 && c + lane < cols; ++lane) {
         const bool keep = static_cast<double>(uniform_from_bits(bits[lane])) >= dropout.p;
         Z[r * kBk + c + lane] = keep ? kept : T(0);
@@ -90,7 +91,8 @@ template <class T>
 T row_max(const T* s) {
   const hn::ScalableTag<T> d;
   auto m = hn::Load(d, s);
-  for (std::int64_t c = hn::Lanes(d); c < kBk; c += hn::Lanes(d)) m = hn::Max(m, hn::Load(d, s + c));
+  for (std::int64_t c = hn::Lanes(d); c < kBk; c += hn::Lanes(d))
+    m = hn::Max(m, hn::Load(d, s + c));
   return hn::GetLane(hn::MaxOfLanes(d, m));
 }
 

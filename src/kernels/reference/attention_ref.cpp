@@ -1,13 +1,13 @@
-#include "kernels/reference/entry.hpp"
-
 #include "kernels/reference/attention_ref.hpp"
+
+#include "kernels/reference/entry.hpp"
 
 namespace qkv::kernels::reference {
 
 template <class T>
 void forward(const Problem<T>& problem, T* out, T* lse, T* weights) {
-  attention_fwd_ref(problem.dims, problem.q, problem.k, problem.v, problem.scale,
-                    problem.score_mod, problem.mask_mod, problem.dropout, out, lse, weights);
+  attention_fwd_ref(problem.dims, problem.q, problem.k, problem.v, problem.scale, problem.score_mod,
+                    problem.mask_mod, problem.dropout, out, lse, weights);
 }
 
 template <class T>
@@ -22,7 +22,7 @@ template void forward(const Problem<float>&, float*, float*, float*);
 template void forward(const Problem<double>&, double*, double*, double*);
 template void backward(const Problem<float>&, const float*, const float*, const float*, float*,
                        float*, float*, float*, const Broadcast4<float>&);
-template void backward(const Problem<double>&, const double*, const double*, const double*,
-                       double*, double*, double*, double*, const Broadcast4<double>&);
+template void backward(const Problem<double>&, const double*, const double*, const double*, double*,
+                       double*, double*, double*, const Broadcast4<double>&);
 
 }  // namespace qkv::kernels::reference

@@ -39,10 +39,9 @@ template <class T>
 T dropout_scale(const Dims& d, const DropoutParams& dropout, std::int64_t b, std::int64_t h,
                 std::int64_t i, std::int64_t j) {
   if (!dropout.enabled()) return T(1);
-  const bool keep = dropout_keep(dropout.seed, dropout.offset,
-                                 static_cast<std::uint32_t>(b * d.Hq + h),
-                                 static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j),
-                                 dropout.p);
+  const bool keep =
+      dropout_keep(dropout.seed, dropout.offset, static_cast<std::uint32_t>(b * d.Hq + h),
+                   static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j), dropout.p);
   return keep ? static_cast<T>(1.0 / (1.0 - dropout.p)) : T(0);
 }
 
@@ -55,8 +54,8 @@ void score_row(const Dims& d, const T* q, const T* k, T scale, const ScoreMod& s
   const T* qi = q + qo_row(d, b, i, h) * d.D;
   for (std::int64_t j = 0; j < d.Tk; ++j) {
     kept[j] = mask_mod(b, h, i, j);
-    s[j] = kept[j] ? score_mod(scale * dot(qi, k + kv_row(d, b, j, hk) * d.D, d.D), b, h, i, j)
-                   : T(0);
+    s[j] =
+        kept[j] ? score_mod(scale * dot(qi, k + kv_row(d, b, j, hk) * d.D, d.D), b, h, i, j) : T(0);
   }
 }
 
@@ -115,8 +114,8 @@ void attention_fwd_ref(const Dims& d, const T* q, const T* k, const T* v, T scal
 template <class T, class ScoreMod, class MaskMod>
 void attention_bwd_ref(const Dims& d, const T* q, const T* k, const T* v, const T* out,
                        const T* lse, const T* dout, T scale, const ScoreMod& score_mod,
-                       const MaskMod& mask_mod, const DropoutParams& dropout, T* dq, T* dk,
-                       T* dv, T* dbias, const Broadcast4<T>& dbias_index) {
+                       const MaskMod& mask_mod, const DropoutParams& dropout, T* dq, T* dk, T* dv,
+                       T* dbias, const Broadcast4<T>& dbias_index) {
   for (std::int64_t n = 0; n < d.B * d.Tq * d.Hq * d.D; ++n) dq[n] = 0;
   for (std::int64_t n = 0; n < d.B * d.Tk * d.Hk * d.D; ++n) dk[n] = 0;
   for (std::int64_t n = 0; n < d.B * d.Tk * d.Hk * d.Dv; ++n) dv[n] = 0;

@@ -1,0 +1,104 @@
+#pragma once
+
+// One attention problem for checking the fused kernel against the reference: sizes, options and
+// input layout, a printable name, and random inputs built from a seed.
+
+#include <cstdint>
+#include <ostream>
+#include <qkv/qkv.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace qkv::testing {
+
+struct FusedCase {
+  std::int64_t B = 1, Tq = 8, Tk = 8, Hq = 2, Hk = 2, D = 16, Dv = 16;
+  Causal causal = Causal::none;
+  Window window;
+  bool padding = false;  // key and query lengths shorter than Tk, Tq in some batches
+  bool mask = false;     // a boolean keep-mask [B, 1, Tq, Tk]
+  bool bias = false;     // an additive bias [Hq, Tq, Tk] (broadcast over B)
+  bool alibi = false;
+  double softcap = 0.0;
+  double dropout = 0.0;
+  bool strided = false;  // q, k, v passed as [B, H, T, D] tensors permuted to [B, T, H, D]
+  std::uint64_t seed = 1;
+
+  std::string name() const {
+    std::string s;
+    for (const auto& [label, value] :
+         {std::pair{"B", B}, std::pair{"_Tq", Tq}, std::pair{"_Tk", Tk}, std::pair{"_Hq", Hq},
+          std::pair{"_Hk", Hk}, std::pair{"_D", D}, std::pair{"_Dv", Dv}}) {
+      s.append(label).append(std::to_string(value));
+    }
+    if (causal == Causal::top_left) s += "_causalTL";
+    if (causal == Causal::bottom_right) s += "_causalBR";
+    if (window.left >= 0 || window.right >= 0) {
+      // "_win17_5", with "inf" for an unbounded side (test names allow no minus sign).
+      auto side = [](std::int64_t w) { return w < 0 ? std::string("inf") : std::to_string(w); };
+      s.append("_win").append(side(window.left)).append("_").append(side(window.right));
+    }
+    if (padding) s += "_pad";
+    if (mask) s += "_mask";
+    if (bias) s += "_bias";
+    if (alibi) s += "_alibi";
+    if (softcap > 0) s += "_softcap";
+    if (dropout > 0) s += "_dropout";
+    if (strided) s += "_strided";
+    return s;
+  }
+};
+
+inline void PrintTo(const FusedCase& c, std::ostream* os) { *os << c.name(); }
+
+struct FusedInputs {
+  Tensor q, k, v, dout;
+  AttentionOptions options;
+};
+
+// Random inputs of the case in dtype (f64 values rounded to it), with options built from it.
+inline FusedInputs make_inputs(const FusedCase& c, DType dtype) {
+  Generator g(c.seed);
+  FusedInputs in;
+  auto make = [&](std::int64_t t, std::int64_t h, std::int64_t dim) {
+    if (!c.strided) return Tensor::randn({c.B, t, h, dim}, g, DType::f64).to(dtype);
+    return Tensor::randn({c.B, h, t, dim}, g, DType::f64).to(dtype).permute({0, 2, 1, 3});
+  };
+  in.q = make(c.Tq, c.Hq, c.D);
+  in.k = make(c.Tk, c.Hk, c.D);
+  in.v = make(c.Tk, c.Hk, c.Dv);
+  in.dout = Tensor::randn({c.B, c.Tq, c.Hq, c.Dv}, g, DType::f64).to(dtype);
+  AttentionOptions& o = in.options;
+  o.causal = c.causal;
+  o.window = c.window;
+  if (c.padding) {
+    for (std::int64_t b = 0; b < c.B; ++b) {
+      // Batch 0 is full; later batches lose a few keys and queries, the last one all its keys.
+      const bool last = b == c.B - 1 && c.B > 2;
+      o.key_lengths.push_back(last ? 0 : std::max<std::int64_t>(c.Tk - 5 * b, 0));
+      o.query_lengths.push_back(std::max<std::int64_t>(c.Tq - 3 * b, 0));
+    }
+  }
+  if (c.mask) {
+    o.mask = Tensor::zeros({c.B, 1, c.Tq, c.Tk}, DType::boolean);
+    for (std::int64_t b = 0; b < c.B; ++b) {
+      for (std::int64_t i = 0; i < c.Tq; ++i) {
+        for (std::int64_t j = 0; j < c.Tk; ++j) {
+          o.mask.set({b, 0, i, j}, (i * 7 + j * 3 + b) % 5 != 0 ? 1.0 : 0.0);
+        }
+      }
+    }
+  }
+  if (c.bias) o.bias = Tensor::randn({c.Hq, c.Tq, c.Tk}, g, DType::f64).to(dtype);
+  if (c.alibi) {
+    for (std::int64_t h = 0; h < c.Hq; ++h) o.alibi_slopes.push_back(1.0 / (2 << h));
+  }
+  o.softcap = c.softcap;
+  o.dropout_p = c.dropout;
+  o.seed = c.seed * 7919;
+  o.offset = 3;
+  return in;
+}
+
+}  // namespace qkv::testing
