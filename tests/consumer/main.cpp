@@ -2,9 +2,8 @@
 // only <qkv/qkv.hpp>, link, and compute a causal attention whose last row averages v.
 #include <cmath>
 #include <cstdio>
-#include <string>
-
 #include <qkv/qkv.hpp>
+#include <string>
 
 int main() {
   qkv::Generator generator(7);
