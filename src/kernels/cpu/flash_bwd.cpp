@@ -82,8 +82,8 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   T* grad = scratch.grad.get();
 
   // forward: s = score_mod(scale * q . k), masked; P = exp(s - lse)
-  gemm(rows, kBk, d.D, q, d.Hq * d.D, packed.kt + head * d.D * packed.tk_pad + j0, packed.tk_pad, P,
-       kBk, false);
+  gemm<true>(rows, kBk, d.D, q, d.Hq * d.D, packed.kt + head * d.D * packed.tk_pad + j0,
+             packed.tk_pad, P, kBk, false);
   score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
   for (std::int64_t r = 0; r < rows; ++r) {
     T* row = P + r * kBk;
@@ -107,8 +107,8 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   gemm(cols, d.Dv, rows, PT, kBq, dob, d.Hq * d.Dv, scratch.dv.get(), d.Dv, true);
 
   // dP = (dO V^T) * Z; dS = P * (dP - D_i), with D_i = rowsum(dO_i * O_i)
-  gemm(rows, kBk, d.Dv, dob, d.Hq * d.Dv, packed.vt + head * d.Dv * packed.tk_pad + j0,
-       packed.tk_pad, dP, kBk, false);
+  gemm<true>(rows, kBk, d.Dv, dob, d.Hq * d.Dv, packed.vt + head * d.Dv * packed.tk_pad + j0,
+             packed.tk_pad, dP, kBk, false);
   for (std::int64_t r = 0; r < rows; ++r) {
     T* dp = dP + r * kBk;
     const T* pr = P + r * kBk;

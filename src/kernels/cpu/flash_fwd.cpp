@@ -59,7 +59,7 @@ void forward_block(const Problem<T>& p, const T* kt, std::int64_t tk_pad, std::i
     if (kind == TileKind::empty) continue;
     T* s = scratch.s.get();
     // S = Q K^T for this tile, then scale, mods and mask.
-    gemm(live, kBk, d.D, q, d.Hq * d.D, kt + j0, tk_pad, s, kBk, false);
+    gemm<true>(live, kBk, d.D, q, d.Hq * d.D, kt + j0, tk_pad, s, kBk, false);
     score_tile(p, b, h, i0, live, j0, cols, kind, s, static_cast<T*>(nullptr));
     if (p.dropout.enabled()) dropout_tile(p, b, h, i0, live, j0, cols, scratch.z.get());
     for (std::int64_t r = 0; r < live; ++r) {

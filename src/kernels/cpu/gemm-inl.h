@@ -47,46 +47,58 @@ HWY_INLINE void gemm_scalar_columns(std::int64_t M, std::int64_t n, std::int64_t
                                     const T* HWY_RESTRICT A, std::int64_t lda,
                                     const T* HWY_RESTRICT B, std::int64_t ldb, T* HWY_RESTRICT C,
                                     std::int64_t ldc, bool accumulate) {
-  for (std::int64_t m = 0; m < M; ++m) {
-    for (std::int64_t c = n; c < N; ++c) {
-      T sum = accumulate ? C[m * ldc + c] : T(0);
-      for (std::int64_t k = 0; k < K; ++k) sum += A[m * lda + k] * B[k * ldb + c];
-      C[m * ldc + c] = sum;
+  for (std::int64_t c = n; c < N; ++c) {
+    const T* a_row = A;
+    T* c_row = C;
+    for (std::int64_t m = 0; m < M; ++m, a_row += lda, c_row += ldc) {
+      T sum = accumulate ? c_row[c] : T(0);
+      const T* b = B + c;
+      for (std::int64_t k = 0; k < K; ++k, b += ldb) sum += a_row[k] * *b;
+      c_row[c] = sum;
     }
   }
 }
 
+// Rows [0, M) of one column strip of V vectors: tiles of 6 rows, then 4, 2 and 1 for the
+// tail, so that short tails still keep several accumulator chains in flight.
+template <std::int64_t V, class D, class T>
+HWY_INLINE void gemm_strip(D d, std::int64_t M, std::int64_t K, const T* HWY_RESTRICT A,
+                           std::int64_t lda, const T* HWY_RESTRICT B, std::int64_t ldb,
+                           T* HWY_RESTRICT C, std::int64_t ldc, bool accumulate) {
+  std::int64_t m = 0;
+  for (; m + 6 <= M; m += 6) {
+    gemm_tile<6, V>(d, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+  }
+  if (m + 4 <= M) {
+    gemm_tile<4, V>(d, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+    m += 4;
+  }
+  if (m + 2 <= M) {
+    gemm_tile<2, V>(d, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+    m += 2;
+  }
+  if (m < M) gemm_tile<1, V>(d, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+}
+
 // C[M, N] = (accumulate ? C : 0) + A[M, K] B[K, N], all row-major with leading dimensions
-// lda, ldb, ldc (in elements).
-template <class T>
+// lda, ldb, ldc (in elements). kWholeVectors promises N is a multiple of the vector length (score
+// tiles are kBlockK wide), so no scalar tail is compiled.
+template <bool kWholeVectors = false, class T>
 HWY_INLINE void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* HWY_RESTRICT A,
                      std::int64_t lda, const T* HWY_RESTRICT B, std::int64_t ldb, T* HWY_RESTRICT C,
                      std::int64_t ldc, bool accumulate) {
   const hn::ScalableTag<T> d;
   const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  // 4 rows x 3 vectors: 12 accumulators + 3 loads + 1 broadcast fill AVX2's 16 registers.
-  constexpr std::int64_t kRows = 4;
-  constexpr std::int64_t kVecs = 3;
+  // 6 rows x 2 vectors: 12 accumulators + 2 loads of B + 1 broadcast of A fill 15 of AVX2's 16
+  // registers, and 12 independent FMA chains cover the FMA latency of both pipes.
   std::int64_t n = 0;
-  for (; n + kVecs * L <= N; n += kVecs * L) {
-    std::int64_t m = 0;
-    for (; m + kRows <= M; m += kRows) {
-      gemm_tile<kRows, kVecs>(d, K, A + m * lda, lda, B + n, ldb, C + m * ldc + n, ldc, accumulate);
-    }
-    for (; m < M; ++m) {
-      gemm_tile<1, kVecs>(d, K, A + m * lda, lda, B + n, ldb, C + m * ldc + n, ldc, accumulate);
-    }
+  for (; n + 2 * L <= N; n += 2 * L) {
+    gemm_strip<2>(d, M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
   }
-  for (; n + L <= N; n += L) {
-    std::int64_t m = 0;
-    for (; m + kRows <= M; m += kRows) {
-      gemm_tile<kRows, 1>(d, K, A + m * lda, lda, B + n, ldb, C + m * ldc + n, ldc, accumulate);
-    }
-    for (; m < M; ++m) {
-      gemm_tile<1, 1>(d, K, A + m * lda, lda, B + n, ldb, C + m * ldc + n, ldc, accumulate);
-    }
+  for (; n + L <= N; n += L) gemm_strip<1>(d, M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
+  if constexpr (!kWholeVectors) {
+    if (n < N) gemm_scalar_columns(M, n, N, K, A, lda, B, ldb, C, ldc, accumulate);
   }
-  if (n < N) gemm_scalar_columns(M, n, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE
