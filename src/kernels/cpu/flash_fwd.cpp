@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "hwy/aligned_allocator.h"
+#include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/cpu/entry.hpp"
@@ -23,43 +25,75 @@ namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
 constexpr std::int64_t kBq = TileTraits::kBlockQ;
 
-// Per-thread scratch of the forward.
+// The online-softmax state of a set of rows: running max m, running sum l and the unnormalized
+// output accumulator acc [rows, Dv].
+template <class T>
+struct SoftmaxState {
+  T* acc = nullptr;
+  T* m = nullptr;
+  T* l = nullptr;
+
+  void reset(std::int64_t rows, std::int64_t dim_v) const {
+    std::fill(acc, acc + rows * dim_v, T(0));
+    std::fill(m, m + rows, -std::numeric_limits<T>::infinity());
+    std::fill(l, l + rows, T(0));
+  }
+  SoftmaxState rows_from(std::int64_t row, std::int64_t dim_v) const {
+    return {acc + row * dim_v, m + row, l + row};
+  }
+};
+
+// Per-thread scratch of the forward: the score tile, dropout factors, and softmax state for
+// `rows` rows.
 template <class T>
 struct ForwardScratch {
   hwy::AlignedFreeUniquePtr<T[]> s, z, acc, m, l;
-  ForwardScratch(std::int64_t dv)
+  ForwardScratch(std::int64_t rows, std::int64_t dim_v)
       : s(hwy::AllocateAligned<T>(kBq * kBk)),
         z(hwy::AllocateAligned<T>(kBq * kBk)),
-        acc(hwy::AllocateAligned<T>(kBq * dv)),
-        m(hwy::AllocateAligned<T>(kBq)),
-        l(hwy::AllocateAligned<T>(kBq)) {}
+        acc(hwy::AllocateAligned<T>(rows * dim_v)),
+        m(hwy::AllocateAligned<T>(rows)),
+        l(hwy::AllocateAligned<T>(rows)) {}
+  SoftmaxState<T> state() { return {acc.get(), m.get(), l.get()}; }
 };
 
-// Rows [i0, i0 + kBq) of head h of batch b. kt is K^T of this (b, k/v head): [D, tk_pad].
+// Where a score tile's keys come from: K^T of the whole head packed once ([D, tk_pad], when many
+// q-blocks share it), or, with kt == nullptr, K's own rows (decode, where each key meets a few
+// queries only and a pack would double the memory traffic).
 template <class T>
-void forward_block(const Problem<T>& p, const T* kt, std::int64_t tk_pad, std::int64_t b,
-                   std::int64_t h, std::int64_t i0, ForwardScratch<T>& scratch, T* out, T* lse) {
+struct KeySource {
+  const T* kt = nullptr;
+  std::int64_t tk_pad = 0;
+};
+
+// Folds keys [k_lo, k_hi) (tile-aligned apart from the ends) into `state`, the online-softmax
+// state of rows [i0, i0 + live) of head h of batch b.
+template <class T>
+void attend_keys(const Problem<T>& p, const KeySource<T>& keys_src, std::int64_t b, std::int64_t h,
+                 std::int64_t i0, std::int64_t live, std::int64_t k_lo, std::int64_t k_hi,
+                 ForwardScratch<T>& scratch, const SoftmaxState<T>& state) {
   const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
-  const std::int64_t rows = std::min(kBq, d.Tq - i0);
-  // Rows at or past this batch's query length are dropped whole: out 0, lse -inf.
-  const std::int64_t live = std::clamp<std::int64_t>(p.mask_mod.lengths.tq(b) - i0, 0, rows);
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  T* acc = scratch.acc.get();
-  T* m = scratch.m.get();
-  T* l = scratch.l.get();
-  std::fill(acc, acc + rows * d.Dv, T(0));
-  std::fill(m, m + rows, kNegInf);
-  std::fill(l, l + rows, T(0));
+  T* acc = state.acc;
+  T* m = state.m;
+  T* l = state.l;
   const T* q = p.q + ((b * d.Tq + i0) * d.Hq + h) * d.D;  // rows stride Hq * D
   const Range keys = key_range(p.mask_mod, b, i0, i0 + live);
-  for (std::int64_t j0 = keys.lo / kBk * kBk; j0 < keys.hi; j0 += kBk) {
+  const std::int64_t lo = std::max(keys.lo, k_lo);
+  const std::int64_t hi = std::min(keys.hi, k_hi);
+  for (std::int64_t j0 = lo / kBk * kBk; j0 < hi; j0 += kBk) {
     const std::int64_t cols = std::min(kBk, d.Tk - j0);
     const TileKind kind = classify(p.mask_mod, b, i0, i0 + live, j0, j0 + cols);
     if (kind == TileKind::empty) continue;
     T* s = scratch.s.get();
     // S = Q K^T for this tile, then scale, mods and mask.
-    gemm<true>(live, kBk, d.D, q, d.Hq * d.D, kt + j0, tk_pad, s, kBk, false);
+    if (keys_src.kt != nullptr) {
+      gemm<true>(live, kBk, d.D, q, d.Hq * d.D, keys_src.kt + j0, keys_src.tk_pad, s, kBk, false);
+    } else {
+      gemm_nt(live, cols, d.D, q, d.Hq * d.D, p.k + ((b * d.Tk + j0) * d.Hk + hk) * d.D, d.Hk * d.D,
+              s, kBk);
+    }
     score_tile(p, b, h, i0, live, j0, cols, kind, s, static_cast<T*>(nullptr));
     if (p.dropout.enabled()) dropout_tile(p, b, h, i0, live, j0, cols, scratch.z.get());
     for (std::int64_t r = 0; r < live; ++r) {
@@ -82,45 +116,170 @@ void forward_block(const Problem<T>& p, const T* kt, std::int64_t tk_pad, std::i
     gemm(live, d.Dv, cols, s, kBk, p.v + ((b * d.Tk + j0) * d.Hk + hk) * d.Dv, d.Hk * d.Dv, acc,
          d.Dv, true);
   }
+}
+
+// out_i = acc_i / l_i and lse_i = m_i + log(l_i) for rows [i0, i0 + rows) of head h; rows past
+// `live` (dropped whole by query_lengths) and rows that kept no key get out 0 and lse -inf.
+template <class T>
+void write_rows(const Dims& d, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t rows,
+                std::int64_t live, const T* acc, const T* m, const T* l, T* out, T* lse) {
   for (std::int64_t r = 0; r < rows; ++r) {
     T* o = out + ((b * d.Tq + i0 + r) * d.Hq + h) * d.Dv;
     const bool empty = r >= live || l[r] == T(0);
     const T inv = empty ? T(0) : T(1) / l[r];
     for (std::int64_t c = 0; c < d.Dv; ++c) o[c] = empty ? T(0) : acc[r * d.Dv + c] * inv;
-    lse[(b * d.Hq + h) * d.Tq + i0 + r] = empty ? kNegInf : m[r] + std::log(l[r]);
+    lse[(b * d.Hq + h) * d.Tq + i0 + r] =
+        empty ? -std::numeric_limits<T>::infinity() : m[r] + std::log(l[r]);
+  }
+}
+
+// Rows at or past batch b's query length are dropped whole.
+template <class T>
+std::int64_t live_rows(const Problem<T>& p, std::int64_t b, std::int64_t i0, std::int64_t rows) {
+  return std::clamp<std::int64_t>(p.mask_mod.lengths.tq(b) - i0, 0, rows);
+}
+
+// Prefill and training shapes: K^T packed once per (b, k/v head), work split over
+// (b, h, q-block).
+template <class T>
+void forward_tiled(const Problem<T>& p, T* out, T* lse) {
+  const Dims& d = p.dims;
+  KeySource<T> keys;
+  keys.tk_pad = round_up(std::max<std::int64_t>(d.Tk, 1), kBk);
+  // K^T of every (b, k/v head), shared by all q-blocks and all query heads of the group:
+  // [B * Hk][D][tk_pad].
+  auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * keys.tk_pad));
+#pragma omp parallel for schedule(static)
+  for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
+    const std::int64_t b = bh / d.Hk;
+    const std::int64_t hk = bh % d.Hk;
+    pack_transposed(p.k + (b * d.Tk * d.Hk + hk) * d.D, d.Hk * d.D, d.Tk, d.D, keys.tk_pad,
+                    kt.get() + bh * d.D * keys.tk_pad);
+  }
+  const std::int64_t q_blocks = (d.Tq + kBq - 1) / kBq;
+  const std::int64_t items = d.B * d.Hq * q_blocks;
+#pragma omp parallel
+  {
+    ForwardScratch<T> scratch(kBq, d.Dv);
+    const SoftmaxState<T> state = scratch.state();
+    // Dynamic scheduling, last q-blocks first: under a causal mask they are the heaviest, so the
+    // light ones fill in at the end.
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t item = 0; item < items; ++item) {
+      const std::int64_t i0 = (q_blocks - 1 - item % q_blocks) * kBq;
+      const std::int64_t bh = item / q_blocks;
+      const std::int64_t b = bh / d.Hq;
+      const std::int64_t h = bh % d.Hq;
+      const std::int64_t rows = std::min(kBq, d.Tq - i0);
+      const std::int64_t live = live_rows(p, b, i0, rows);
+      KeySource<T> head = keys;
+      head.kt = kt.get() + (b * d.Hk + h / d.group()) * d.D * keys.tk_pad;
+      state.reset(rows, d.Dv);
+      attend_keys(p, head, b, h, i0, live, 0, d.Tk, scratch, state);
+      write_rows(d, b, h, i0, rows, live, state.acc, state.m, state.l, out, lse);
+    }
+  }
+}
+
+// Prefetches share h of Hq of the K and V rows [j_lo, j_hi) of batch b (all heads: contiguous
+// memory). Called once per head pass over the current tile, it brings the next tile in while
+// this one is computed.
+template <class T>
+void prefetch_share(const Problem<T>& p, std::int64_t b, std::int64_t j_lo, std::int64_t j_hi,
+                    std::int64_t h) {
+  const Dims& d = p.dims;
+  constexpr std::int64_t kLine = 64 / sizeof(T);
+  for (const auto& [base, width] : {std::pair{p.k, d.Hk * d.D}, std::pair{p.v, d.Hk * d.Dv}}) {
+    const T* begin = base + (b * d.Tk + j_lo) * width;
+    const std::int64_t length = (j_hi - j_lo) * width;
+    const std::int64_t share = (length + d.Hq - 1) / d.Hq;
+    const std::int64_t end = std::min(length, (h + 1) * share);
+    for (std::int64_t x = h * share; x < end; x += kLine) hwy::Prefetch(begin + x);
+  }
+}
+
+// Decode shapes (a few queries, many keys): the keys are split into chunks of kDecodeSplit, and
+// each (b, chunk) item folds its keys into a partial (m, l, acc) for every query row of every
+// head. Heads are the inner loop of each key tile, so the tile's K and V rows, whose heads lie
+// side by side in memory, stream in once in order (one head at a time would jump Hk * D
+// elements per key, across a page each time, and the prefetchers would not follow). The
+// partials are merged exactly, in chunk order:
+//   m = max_c m_c, l = sum_c l_c exp(m_c - m), acc = sum_c acc_c exp(m_c - m).
+// The split depends on Tk only, so the result is the same for any thread count.
+template <class T>
+void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
+  const Dims& d = p.dims;
+  const std::int64_t splits = (d.Tk + TileTraits::kDecodeSplit - 1) / TileTraits::kDecodeSplit;
+  const std::int64_t rows = d.B * d.Hq * d.Tq;  // one partial state per query row and split
+  auto part_m = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits));
+  auto part_l = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits));
+  auto part_acc = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits * d.Dv));
+  // Partial state of (b, h, i) for split c, at index ((b * Hq + h) * Tq + i) * splits + c.
+  const std::int64_t items = d.B * splits;
+#pragma omp parallel
+  {
+    ForwardScratch<T> scratch(d.Hq * d.Tq, d.Dv);  // rows h * Tq + i
+    const SoftmaxState<T> state = scratch.state();
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t item = 0; item < items; ++item) {
+      const std::int64_t split = item % splits;
+      const std::int64_t b = item / splits;
+      const std::int64_t live = live_rows(p, b, 0, d.Tq);
+      const std::int64_t k_end = std::min((split + 1) * TileTraits::kDecodeSplit, d.Tk);
+      state.reset(d.Hq * d.Tq, d.Dv);
+      for (std::int64_t j0 = split * TileTraits::kDecodeSplit; j0 < k_end; j0 += kBk) {
+        for (std::int64_t h = 0; h < d.Hq; ++h) {
+          prefetch_share(p, b, std::min(j0 + kBk, k_end), std::min(j0 + 2 * kBk, k_end), h);
+          attend_keys(p, KeySource<T>{}, b, h, 0, live, j0, std::min(j0 + kBk, k_end), scratch,
+                      state.rows_from(h * d.Tq, d.Dv));
+        }
+      }
+      for (std::int64_t h = 0; h < d.Hq; ++h) {
+        for (std::int64_t i = 0; i < d.Tq; ++i) {
+          const std::int64_t at = ((b * d.Hq + h) * d.Tq + i) * splits + split;
+          part_m[at] = state.m[h * d.Tq + i];
+          part_l[at] = state.l[h * d.Tq + i];
+          std::copy_n(state.acc + (h * d.Tq + i) * d.Dv, d.Dv, part_acc.get() + at * d.Dv);
+        }
+      }
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const std::int64_t i = row % d.Tq;
+    const std::int64_t h = row / d.Tq % d.Hq;
+    const std::int64_t b = row / d.Tq / d.Hq;
+    const T* m = part_m.get() + row * splits;
+    const T* l = part_l.get() + row * splits;
+    const T* acc = part_acc.get() + row * splits * d.Dv;
+    T m_all = -std::numeric_limits<T>::infinity();
+    for (std::int64_t c = 0; c < splits; ++c) m_all = std::max(m_all, m[c]);
+    T l_all = 0;
+    T* o = out + ((b * d.Tq + i) * d.Hq + h) * d.Dv;
+    std::fill(o, o + d.Dv, T(0));
+    if (m_all != -std::numeric_limits<T>::infinity()) {
+      for (std::int64_t c = 0; c < splits; ++c) {
+        if (l[c] == T(0)) continue;
+        const T weight = std::exp(m[c] - m_all);
+        l_all += l[c] * weight;
+        for (std::int64_t x = 0; x < d.Dv; ++x) o[x] += acc[c * d.Dv + x] * weight;
+      }
+    }
+    const std::int64_t live = live_rows(p, b, i, 1);
+    const T merged_m[1] = {m_all};
+    const T merged_l[1] = {l_all};
+    // write_rows normalizes in place: o holds the merged accumulator.
+    write_rows(d, b, h, i, 1, live, o, merged_m, merged_l, out, lse);
   }
 }
 
 template <class T>
 void forward_impl(const Problem<T>& p, T* out, T* lse) {
   const Dims& d = p.dims;
-  const std::int64_t tk_pad = round_up(std::max<std::int64_t>(d.Tk, 1), kBk);
-  // K^T of every (b, k/v head), packed once and shared by all q-blocks and all query heads of
-  // the group: [B * Hk][D][tk_pad].
-  auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * tk_pad));
-#pragma omp parallel for schedule(static)
-  for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
-    const std::int64_t b = bh / d.Hk;
-    const std::int64_t hk = bh % d.Hk;
-    pack_transposed(p.k + (b * d.Tk * d.Hk + hk) * d.D, d.Hk * d.D, d.Tk, d.D, tk_pad,
-                    kt.get() + bh * d.D * tk_pad);
-  }
-  const std::int64_t q_blocks = (d.Tq + kBq - 1) / kBq;
-  const std::int64_t items = d.B * d.Hq * q_blocks;
-#pragma omp parallel
-  {
-    ForwardScratch<T> scratch(d.Dv);
-    // Dynamic scheduling, last q-blocks first: under a causal mask they are the heaviest, so the
-    // light ones fill in at the end.
-#pragma omp for schedule(dynamic, 1)
-    for (std::int64_t item = 0; item < items; ++item) {
-      const std::int64_t qb = q_blocks - 1 - item % q_blocks;
-      const std::int64_t bh = item / q_blocks;
-      const std::int64_t b = bh / d.Hq;
-      const std::int64_t h = bh % d.Hq;
-      const T* kt_head = kt.get() + (b * d.Hk + h / d.group()) * d.D * tk_pad;
-      forward_block(p, kt_head, tk_pad, b, h, qb * kBq, scratch, out, lse);
-    }
+  if (d.Tq <= TileTraits::kDecodeMaxQueries && d.Tk > TileTraits::kDecodeSplit) {
+    forward_split_keys(p, out, lse);
+  } else {
+    forward_tiled(p, out, lse);
   }
 }
 

@@ -70,7 +70,11 @@ std::vector<FusedCase> determinism_cases() {
   everything.padding = everything.mask = everything.bias = everything.alibi = true;
   everything.softcap = 4.0;
   everything.dropout = 0.25;
-  return {plain, everything};
+  FusedCase decode = plain;  // the split-keys path: partial states merged across key chunks
+  decode.Tq = 3;
+  decode.Tk = 3000;
+  decode.dropout = 0.1;
+  return {plain, everything, decode};
 }
 
 INSTANTIATE_TEST_SUITE_P(Fused, ThreadCountInvariance, ::testing::ValuesIn(determinism_cases()),

@@ -213,12 +213,52 @@ std::vector<FusedCase> option_cases() {
   return cases;
 }
 
+// Decode shapes take the split-keys path (Tq <= 16, Tk > 1024): partial softmax states of key
+// chunks merged exactly.
+std::vector<FusedCase> decode_cases() {
+  std::vector<FusedCase> cases;
+  auto add = [&](std::int64_t tq, std::int64_t tk, auto edit) {
+    FusedCase c;
+    c.B = 2;
+    c.Tq = tq;
+    c.Tk = tk;
+    c.Hq = 8;
+    c.Hk = 2;
+    c.D = 64;
+    c.Dv = 48;
+    edit(c);
+    c.seed = 400 + cases.size();
+    cases.push_back(c);
+  };
+  add(1, 1025, [](FusedCase&) {});
+  add(1, 5000, [](FusedCase& c) { c.causal = Causal::bottom_right; });
+  add(3, 4097, [](FusedCase& c) {
+    c.causal = Causal::bottom_right;
+    c.window = {1500, 0};  // the first chunks are empty for every row
+  });
+  add(16, 3000, [](FusedCase& c) {
+    c.causal = Causal::top_left;  // only the first 16 keys: later chunks hold nothing
+  });
+  add(4, 2500, [](FusedCase& c) {
+    c.B = 3;
+    c.padding = c.bias = c.alibi = true;
+    c.softcap = 4.0;
+    c.dropout = 0.2;
+  });
+  add(2, 2049, [](FusedCase& c) {
+    c.Hk = 1;
+    c.mask = c.strided = true;
+  });
+  return cases;
+}
+
 std::string case_name(const ::testing::TestParamInfo<FusedCase>& info) { return info.param.name(); }
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, FusedVsReference, ::testing::ValuesIn(head_dim_cases()),
                          case_name);
 INSTANTIATE_TEST_SUITE_P(Lengths, FusedVsReference, ::testing::ValuesIn(length_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Gqa, FusedVsReference, ::testing::ValuesIn(gqa_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Decode, FusedVsReference, ::testing::ValuesIn(decode_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Options, FusedVsReference, ::testing::ValuesIn(option_cases()), case_name);
 
 }  // namespace
