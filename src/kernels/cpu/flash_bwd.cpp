@@ -41,12 +41,15 @@ struct BackwardScratch {
         dv(hwy::AllocateAligned<T>(kBk * dim_v)) {}
 };
 
-// Packed operands shared by all items: K^T and V^T of every (b, k/v head), [D or Dv, tk_pad].
+// Packed operands shared by all items, for every (b, k/v head), in tiles of kBk keys so that no
+// product strides across pages or cache sets (see pack.hpp): K^T and V^T ([D or Dv, kBk] per
+// tile) for the scores and dP, and K ([kBk, D] per tile) for dQ. head_stride = tk_pad.
 template <class T>
 struct Packed {
   std::int64_t tk_pad = 0;
   const T* kt = nullptr;
   const T* vt = nullptr;
+  const T* k = nullptr;
 };
 
 // dst [cols, rows] = src [rows, ld]^T restricted to rows x cols.
@@ -68,9 +71,9 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
   const std::int64_t head = b * d.Hk + hk;
-  const T* q = p.q + ((b * d.Tq + i0) * d.Hq + h) * d.D;      // rows stride Hq * D
-  const T* k = p.k + ((b * d.Tk + j0) * d.Hk + hk) * d.D;     // rows stride Hk * D
-  const T* dob = dout + ((b * d.Tq + i0) * d.Hq + h) * d.Dv;  // rows stride Hq * Dv
+  const T* q = p.q + ((b * d.Tq + i0) * d.Hq + h) * d.D;          // rows stride Hq * D
+  const T* k = packed.k + head * d.D * packed.tk_pad + j0 * d.D;  // this tile's rows, [kBk, D]
+  const T* dob = dout + ((b * d.Tq + i0) * d.Hq + h) * d.Dv;      // rows stride Hq * Dv
   const T* lse_row = lse + (b * d.Hq + h) * d.Tq + i0;
   const T* delta_row = delta + (b * d.Hq + h) * d.Tq + i0;
   const bool softcap = p.score_mod.softcap > 0;
@@ -82,8 +85,8 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   T* grad = scratch.grad.get();
 
   // forward: s = score_mod(scale * q . k), masked; P = exp(s - lse)
-  gemm<true>(rows, kBk, d.D, q, d.Hq * d.D, packed.kt + head * d.D * packed.tk_pad + j0,
-             packed.tk_pad, P, kBk, false);
+  gemm<true>(rows, kBk, d.D, q, d.Hq * d.D, packed.kt + head * d.D * packed.tk_pad + j0 * d.D, kBk,
+             P, kBk, false);
   score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
   for (std::int64_t r = 0; r < rows; ++r) {
     T* row = P + r * kBk;
@@ -107,8 +110,8 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   gemm(cols, d.Dv, rows, PT, kBq, dob, d.Hq * d.Dv, scratch.dv.get(), d.Dv, true);
 
   // dP = (dO V^T) * Z; dS = P * (dP - D_i), with D_i = rowsum(dO_i * O_i)
-  gemm<true>(rows, kBk, d.Dv, dob, d.Hq * d.Dv, packed.vt + head * d.Dv * packed.tk_pad + j0,
-             packed.tk_pad, dP, kBk, false);
+  gemm<true>(rows, kBk, d.Dv, dob, d.Hq * d.Dv, packed.vt + head * d.Dv * packed.tk_pad + j0 * d.Dv,
+             kBk, dP, kBk, false);
   for (std::int64_t r = 0; r < rows; ++r) {
     T* dp = dP + r * kBk;
     const T* pr = P + r * kBk;
@@ -124,8 +127,8 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
     for (std::int64_t c = 0; c < cols; ++c) dp[c] *= p.scale;
   }
   // dQ += dS K ; dK += dS^T Q
-  gemm(rows, d.D, cols, dP, kBk, k, d.Hk * d.D, dq_part + ((b * d.Tq + i0) * d.Hq + h) * d.D,
-       d.Hq * d.D, true);
+  gemm(rows, d.D, cols, dP, kBk, k, d.D, dq_part + ((b * d.Tq + i0) * d.Hq + h) * d.D, d.Hq * d.D,
+       true);
   transpose_tile(dP, rows, cols, PT);
   gemm(cols, d.D, rows, PT, kBq, q, d.Hq * d.D, scratch.dk.get(), d.D, true);
 }
@@ -194,17 +197,20 @@ void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dou
   packed.tk_pad = round_up(d.Tk, kBk);
   auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
   auto vt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * packed.tk_pad));
+  auto kp = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
 #pragma omp parallel for schedule(static)
   for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
     const std::int64_t b = bh / d.Hk;
     const std::int64_t hk = bh % d.Hk;
-    pack_transposed(p.k + (b * d.Tk * d.Hk + hk) * d.D, d.Hk * d.D, d.Tk, d.D, packed.tk_pad,
-                    kt.get() + bh * d.D * packed.tk_pad);
-    pack_transposed(p.v + (b * d.Tk * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Tk, d.Dv, packed.tk_pad,
-                    vt.get() + bh * d.Dv * packed.tk_pad);
+    const T* k_head = p.k + (b * d.Tk * d.Hk + hk) * d.D;
+    pack_tiles_transposed(k_head, d.Hk * d.D, d.Tk, d.D, kBk, kt.get() + bh * d.D * packed.tk_pad);
+    pack_tiles(k_head, d.Hk * d.D, d.Tk, d.D, kBk, kp.get() + bh * d.D * packed.tk_pad);
+    pack_tiles_transposed(p.v + (b * d.Tk * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Tk, d.Dv, kBk,
+                          vt.get() + bh * d.Dv * packed.tk_pad);
   }
   packed.kt = kt.get();
   packed.vt = vt.get();
+  packed.k = kp.get();
 
   // Items must not share dbias elements: a bias broadcast over B, heads or keys keeps those
   // dimensions inside one item.

@@ -57,13 +57,14 @@ struct ForwardScratch {
   SoftmaxState<T> state() { return {acc.get(), m.get(), l.get()}; }
 };
 
-// Where a score tile's keys come from: K^T of the whole head packed once ([D, tk_pad], when many
-// q-blocks share it), or, with kt == nullptr, K's own rows (decode, where each key meets a few
-// queries only and a pack would double the memory traffic).
+// Where a tile's keys and values come from: one head's K^T and V packed in tiles (kt: [D, kBk]
+// per tile, vt: [kBk, Dv] per tile), when many q-blocks share them; or, with null pointers, K's
+// and V's own rows (decode, where each key meets a few queries only and a pack would double the
+// memory traffic).
 template <class T>
 struct KeySource {
   const T* kt = nullptr;
-  std::int64_t tk_pad = 0;
+  const T* v = nullptr;
 };
 
 // Folds keys [k_lo, k_hi) (tile-aligned apart from the ends) into `state`, the online-softmax
@@ -89,7 +90,7 @@ void attend_keys(const Problem<T>& p, const KeySource<T>& keys_src, std::int64_t
     T* s = scratch.s.get();
     // S = Q K^T for this tile, then scale, mods and mask.
     if (keys_src.kt != nullptr) {
-      gemm<true>(live, kBk, d.D, q, d.Hq * d.D, keys_src.kt + j0, keys_src.tk_pad, s, kBk, false);
+      gemm<true>(live, kBk, d.D, q, d.Hq * d.D, keys_src.kt + j0 * d.D, kBk, s, kBk, false);
     } else {
       gemm_nt(live, cols, d.D, q, d.Hq * d.D, p.k + ((b * d.Tk + j0) * d.Hk + hk) * d.D, d.Hk * d.D,
               s, kBk);
@@ -112,9 +113,13 @@ void attend_keys(const Problem<T>& p, const KeySource<T>& keys_src, std::int64_t
       // Dropout scales what reaches V, not the normalizer (lse is not affected).
       if (p.dropout.enabled()) row_mul(row, scratch.z.get() + r * kBk);
     }
-    // acc += P V for this tile; V rows of this head have stride Hk * Dv.
-    gemm(live, d.Dv, cols, s, kBk, p.v + ((b * d.Tk + j0) * d.Hk + hk) * d.Dv, d.Hk * d.Dv, acc,
-         d.Dv, true);
+    // acc += P V for this tile (V's own rows have stride Hk * Dv, packed ones Dv).
+    if (keys_src.v != nullptr) {
+      gemm(live, d.Dv, cols, s, kBk, keys_src.v + j0 * d.Dv, d.Dv, acc, d.Dv, true);
+    } else {
+      gemm(live, d.Dv, cols, s, kBk, p.v + ((b * d.Tk + j0) * d.Hk + hk) * d.Dv, d.Hk * d.Dv, acc,
+           d.Dv, true);
+    }
   }
 }
 
@@ -144,17 +149,19 @@ std::int64_t live_rows(const Problem<T>& p, std::int64_t b, std::int64_t i0, std
 template <class T>
 void forward_tiled(const Problem<T>& p, T* out, T* lse) {
   const Dims& d = p.dims;
-  KeySource<T> keys;
-  keys.tk_pad = round_up(std::max<std::int64_t>(d.Tk, 1), kBk);
-  // K^T of every (b, k/v head), shared by all q-blocks and all query heads of the group:
-  // [B * Hk][D][tk_pad].
-  auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * keys.tk_pad));
+  // K^T and V of every (b, k/v head) in tiles, shared by all q-blocks and all query heads of
+  // the group: [B * Hk][tiles][D, kBk] and [B * Hk][tiles][kBk, Dv].
+  const std::int64_t tk_pad = round_up(std::max<std::int64_t>(d.Tk, 1), kBk);
+  auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * tk_pad));
+  auto vt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * tk_pad));
 #pragma omp parallel for schedule(static)
   for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
     const std::int64_t b = bh / d.Hk;
     const std::int64_t hk = bh % d.Hk;
-    pack_transposed(p.k + (b * d.Tk * d.Hk + hk) * d.D, d.Hk * d.D, d.Tk, d.D, keys.tk_pad,
-                    kt.get() + bh * d.D * keys.tk_pad);
+    pack_tiles_transposed(p.k + (b * d.Tk * d.Hk + hk) * d.D, d.Hk * d.D, d.Tk, d.D, kBk,
+                          kt.get() + bh * d.D * tk_pad);
+    pack_tiles(p.v + (b * d.Tk * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Tk, d.Dv, kBk,
+               vt.get() + bh * d.Dv * tk_pad);
   }
   const std::int64_t q_blocks = (d.Tq + kBq - 1) / kBq;
   const std::int64_t items = d.B * d.Hq * q_blocks;
@@ -172,8 +179,9 @@ void forward_tiled(const Problem<T>& p, T* out, T* lse) {
       const std::int64_t h = bh % d.Hq;
       const std::int64_t rows = std::min(kBq, d.Tq - i0);
       const std::int64_t live = live_rows(p, b, i0, rows);
-      KeySource<T> head = keys;
-      head.kt = kt.get() + (b * d.Hk + h / d.group()) * d.D * keys.tk_pad;
+      const std::int64_t head_kv = b * d.Hk + h / d.group();
+      const KeySource<T> head{kt.get() + head_kv * d.D * tk_pad,
+                              vt.get() + head_kv * d.Dv * tk_pad};
       state.reset(rows, d.Dv);
       attend_keys(p, head, b, h, i0, live, 0, d.Tk, scratch, state);
       write_rows(d, b, h, i0, rows, live, state.acc, state.m, state.l, out, lse);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace qkv::kernels::cpu {
@@ -13,6 +14,30 @@ void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t
     T* row = dst + c * n_pad;
     for (std::int64_t j = 0; j < n; ++j) row[j] = src[j * ld + c];
     for (std::int64_t j = n; j < n_pad; ++j) row[j] = T(0);
+  }
+}
+
+// One head's rows [0, n) (row stride ld, cols wide) cut into tiles of `tile` rows, each tile
+// stored contiguously so that a kernel walking it never strides across pages or cache sets:
+//   pack_tiles_transposed: tile t at dst + t * cols * tile is [cols, tile] (K^T tiles);
+//   pack_tiles:            tile t at dst + t * tile * cols is [tile, cols] (V tiles).
+// Rows past n are zero.
+template <class T>
+void pack_tiles_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t cols,
+                           std::int64_t tile, T* dst) {
+  for (std::int64_t t0 = 0; t0 < n; t0 += tile) {
+    pack_transposed(src + t0 * ld, ld, std::min(tile, n - t0), cols, tile, dst);
+    dst += cols * tile;
+  }
+}
+
+template <class T>
+void pack_tiles(const T* src, std::int64_t ld, std::int64_t n, std::int64_t cols, std::int64_t tile,
+                T* dst) {
+  const std::int64_t padded = (n + tile - 1) / tile * tile;
+  for (std::int64_t j = 0; j < padded; ++j) {
+    T* row = dst + j * cols;
+    for (std::int64_t c = 0; c < cols; ++c) row[c] = j < n ? src[j * ld + c] : T(0);
   }
 }
 
