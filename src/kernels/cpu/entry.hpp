@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/params.hpp"
 #include "kernels/problem.hpp"
 
@@ -18,5 +20,8 @@ void forward(const Problem<T>& problem, T* out, T* lse);
 template <class T>
 void backward(const Problem<T>& problem, const T* out, const T* lse, const T* dout, T* dq, T* dk,
               T* dv, T* dbias, const Broadcast4<T>& dbias_index);
+
+// y[i] = exp(x[i]) for x[i] <= 0, with the kernels' own vectorized f32 exp (for its tests).
+void exp_softmax(const float* x, float* y, std::int64_t n);
 
 }  // namespace qkv::kernels::cpu

@@ -87,13 +87,14 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   // forward: s = score_mod(scale * q . k), masked; P = exp(s - lse)
   gemm<true>(rows, kBk, d.D, q, d.Hq * d.D, packed.kt + head * d.D * packed.tk_pad + j0 * d.D, kBk,
              P, kBk, false);
-  score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
+  const T row_scale =
+      score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
   for (std::int64_t r = 0; r < rows; ++r) {
     T* row = P + r * kBk;
     if (lse_row[r] == kNegInf) {
       std::fill(row, row + kBk, T(0));  // every key of this row dropped: zero gradients
     } else {
-      row_exp(row, lse_row[r]);
+      row_exp(row, row_scale, lse_row[r]);
     }
   }
   if (dropout) dropout_tile(p, b, h, i0, rows, j0, cols, Z);

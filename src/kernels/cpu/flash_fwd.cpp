@@ -95,18 +95,18 @@ void attend_keys(const Problem<T>& p, const KeySource<T>& keys_src, std::int64_t
       gemm_nt(live, cols, d.D, q, d.Hq * d.D, p.k + ((b * d.Tk + j0) * d.Hk + hk) * d.D, d.Hk * d.D,
               s, kBk);
     }
-    score_tile(p, b, h, i0, live, j0, cols, kind, s, static_cast<T*>(nullptr));
+    const T row_scale = score_tile(p, b, h, i0, live, j0, cols, kind, s, static_cast<T*>(nullptr));
     if (p.dropout.enabled()) dropout_tile(p, b, h, i0, live, j0, cols, scratch.z.get());
     for (std::int64_t r = 0; r < live; ++r) {
       T* row = s + r * kBk;
-      const T m_new = std::max(m[r], row_max(row));
+      const T m_new = std::max(m[r], row_scale * row_max(row));
       if (m_new == kNegInf) {  // nothing kept in this row yet
         std::fill(row, row + kBk, T(0));
         continue;
       }
       // Online softmax: rescale what was accumulated against the old max.
       const T alpha = m[r] == kNegInf ? T(0) : std::exp(m[r] - m_new);
-      const T row_sum = row_exp(row, m_new);
+      const T row_sum = row_exp(row, row_scale, m_new);
       l[r] = l[r] * alpha + row_sum;
       m[r] = m_new;
       if (alpha != T(1)) scale_row(acc + r * d.Dv, d.Dv, alpha);
@@ -291,6 +291,17 @@ void forward_impl(const Problem<T>& p, T* out, T* lse) {
   }
 }
 
+void ExpSoftmaxF32(const float* x, float* y, std::int64_t n) {
+  const hn::ScalableTag<float> d;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  std::int64_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(exp_softmax(d, hn::LoadU(d, x + i)), d, y + i);
+  for (; i < n; ++i) {
+    const hn::CappedTag<float, 1> d1;
+    hn::StoreU(exp_softmax(d1, hn::LoadU(d1, x + i)), d1, y + i);
+  }
+}
+
 void ForwardF32(const Problem<float>& p, float* out, float* lse) { forward_impl(p, out, lse); }
 void ForwardF64(const Problem<double>& p, double* out, double* lse) { forward_impl(p, out, lse); }
 
@@ -300,8 +311,13 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace qkv::kernels::cpu {
 
+HWY_EXPORT(ExpSoftmaxF32);
 HWY_EXPORT(ForwardF32);
 HWY_EXPORT(ForwardF64);
+
+void exp_softmax(const float* x, float* y, std::int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ExpSoftmaxF32)(x, y, n);
+}
 
 template <>
 void forward(const Problem<float>& problem, float* out, float* lse) {
