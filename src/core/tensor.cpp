@@ -39,8 +39,8 @@ Shape contiguous_strides(const Shape& shape) {
 std::int64_t wrap_dim(std::int64_t d, std::int64_t rank, const char* argument) {
   const std::int64_t wrapped = d < 0 ? d + rank : d;
   if (wrapped < 0 || wrapped >= rank) {
-    throw Error(argument, "a dimension in [" + std::to_string(-rank) + ", " +
-                              std::to_string(rank) + ")",
+    throw Error(argument,
+                "a dimension in [" + std::to_string(-rank) + ", " + std::to_string(rank) + ")",
                 std::to_string(d));
   }
   return wrapped;
@@ -160,8 +160,8 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   Tensor t;
   t.numel_ = checked_numel(shape, "shape");
   const std::size_t bytes = static_cast<std::size_t>(t.numel_) * dtype_size(dtype);
-  const std::size_t rounded = std::max<std::size_t>((bytes + kAlignment - 1) / kAlignment, 1) *
-                              kAlignment;
+  const std::size_t rounded =
+      std::max<std::size_t>((bytes + kAlignment - 1) / kAlignment, 1) * kAlignment;
   void* memory = std::aligned_alloc(kAlignment, rounded);
   if (memory == nullptr) throw std::bad_alloc();
   t.storage_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(memory), std::free);
@@ -214,8 +214,7 @@ Tensor Tensor::uniform(Shape shape, double low, double high, Generator& generato
   Tensor t = empty(std::move(shape), dtype);
   const std::size_t size = dtype_size(dtype);
   for (std::int64_t i = 0; i < t.numel_; ++i) {
-    detail::store_element(dtype, t.data_ + i * size,
-                          low + (high - low) * generator.next_uniform());
+    detail::store_element(dtype, t.data_ + i * size, low + (high - low) * generator.next_uniform());
   }
   return t;
 }
@@ -252,11 +251,11 @@ bool Tensor::is_contiguous() const noexcept {
 
 template <class T>
 T* Tensor::data_as() const {
-  constexpr DType kWanted = std::is_same_v<T, double>        ? DType::f64
-                            : std::is_same_v<T, float>       ? DType::f32
-                            : std::is_same_v<T, bf16>        ? DType::bf16
-                            : std::is_same_v<T, f16>         ? DType::f16
-                                                             : DType::boolean;
+  constexpr DType kWanted = std::is_same_v<T, double>  ? DType::f64
+                            : std::is_same_v<T, float> ? DType::f32
+                            : std::is_same_v<T, bf16>  ? DType::bf16
+                            : std::is_same_v<T, f16>   ? DType::f16
+                                                       : DType::boolean;
   if (dtype_ != kWanted) {
     throw Error("tensor", "dtype " + std::string(dtype_name(kWanted)),
                 std::string(dtype_name(dtype_)));
@@ -277,8 +276,8 @@ std::int64_t Tensor::offset_of(const std::int64_t* index, std::size_t n) const {
   std::int64_t offset = 0;
   for (std::size_t d = 0; d < n; ++d) {
     if (index[d] < 0 || index[d] >= shape_[d]) {
-      throw Error("index", "coordinate " + std::to_string(d) + " in [0, " +
-                               std::to_string(shape_[d]) + ")",
+      throw Error("index",
+                  "coordinate " + std::to_string(d) + " in [0, " + std::to_string(shape_[d]) + ")",
                   std::to_string(index[d]));
     }
     offset += index[d] * strides_[d];
@@ -287,8 +286,8 @@ std::int64_t Tensor::offset_of(const std::int64_t* index, std::size_t n) const {
 }
 
 double Tensor::at(std::initializer_list<std::int64_t> index) const {
-  return detail::load_element(
-      dtype_, data_ + offset_of(index.begin(), index.size()) * dtype_size(dtype_));
+  return detail::load_element(dtype_,
+                              data_ + offset_of(index.begin(), index.size()) * dtype_size(dtype_));
 }
 
 double Tensor::at(const Shape& index) const {
@@ -297,8 +296,8 @@ double Tensor::at(const Shape& index) const {
 }
 
 void Tensor::set(std::initializer_list<std::int64_t> index, double value) {
-  detail::store_element(dtype_,
-                        data_ + offset_of(index.begin(), index.size()) * dtype_size(dtype_), value);
+  detail::store_element(dtype_, data_ + offset_of(index.begin(), index.size()) * dtype_size(dtype_),
+                        value);
 }
 
 void Tensor::set(const Shape& index, double value) {
@@ -356,7 +355,8 @@ Tensor Tensor::transpose(std::int64_t a, std::int64_t b) const {
   return t;
 }
 
-Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end, std::int64_t step) const {
+Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end,
+                     std::int64_t step) const {
   d = wrap_dim(d, dim(), "dim");
   if (step <= 0) throw Error("step", "a positive step", std::to_string(step));
   const std::int64_t n = shape_[d];
@@ -370,7 +370,8 @@ Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end, std::
   t.shape_[d] = (end - start + step - 1) / step;
   t.strides_[d] = strides_[d] * step;
   t.numel_ = checked_numel(t.shape_, "shape");
-  if (t.numel_ > 0) t.data_ = data_ + start * strides_[d] * static_cast<std::int64_t>(dtype_size(dtype_));
+  if (t.numel_ > 0)
+    t.data_ = data_ + start * strides_[d] * static_cast<std::int64_t>(dtype_size(dtype_));
   return t;
 }
 
@@ -389,8 +390,9 @@ Tensor Tensor::view(Shape shape) const {
   shape = infer_shape(std::move(shape), numel_);
   auto strides = view_strides(shape_, strides_, shape);
   if (!strides) {
-    throw Error("shape", "a shape whose view fits the strides " + shape_string(strides_) +
-                             " of " + shape_string(shape_) + " (use reshape to copy)",
+    throw Error("shape",
+                "a shape whose view fits the strides " + shape_string(strides_) + " of " +
+                    shape_string(shape_) + " (use reshape to copy)",
                 shape_string(shape));
   }
   Tensor t = *this;
@@ -428,8 +430,7 @@ Tensor Tensor::expand(const Shape& shape) const {
 Tensor Tensor::unsqueeze(std::int64_t d) const {
   d = wrap_dim(d, dim() + 1, "dim");
   Tensor t = *this;
-  const std::int64_t stride =
-      d < dim() ? strides_[d] * shape_[d] : 1;
+  const std::int64_t stride = d < dim() ? strides_[d] * shape_[d] : 1;
   t.shape_.insert(t.shape_.begin() + d, 1);
   t.strides_.insert(t.strides_.begin() + d, stride);
   return t;
@@ -437,7 +438,8 @@ Tensor Tensor::unsqueeze(std::int64_t d) const {
 
 void Tensor::copy_from(const Tensor& src) {
   if (!src.defined_ || !defined_) {
-    throw Error("src", "defined tensors", !src.defined_ ? "an undefined source" : "an undefined destination");
+    throw Error("src", "defined tensors",
+                !src.defined_ ? "an undefined source" : "an undefined destination");
   }
   if (src.shape_ != shape_) {
     throw Error("src", "shape " + shape_string(shape_), shape_string(src.shape_));
