@@ -1,6 +1,7 @@
 #include "qkv/tensor.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -145,6 +146,34 @@ Shape infer_shape(Shape shape, std::int64_t numel) {
   return shape;
 }
 
+// The neighbour of value (a value of dtype) one step toward target.
+double step_toward(DType dtype, double value, double target) {
+  switch (dtype) {
+    case DType::f64:
+      return std::nextafter(value, target);
+    case DType::f32:
+      return std::nextafter(static_cast<float>(value), static_cast<float>(target));
+    case DType::bf16:
+    case DType::f16: {
+      const bool is_bf16 = dtype == DType::bf16;
+      const auto x = static_cast<float>(value);
+      auto bits = is_bf16 ? f32_to_bf16_bits(x) : f32_to_f16_bits(x);
+      // Sign and magnitude: moving away from zero is one more in the magnitude bits.
+      if ((bits & 0x7fffu) == 0) {
+        bits = target > value ? 0x0001u : 0x8001u;
+      } else if ((target > value) == ((bits & 0x8000u) == 0)) {
+        ++bits;
+      } else {
+        --bits;
+      }
+      return is_bf16 ? bf16_bits_to_f32(bits) : f16_bits_to_f32(bits);
+    }
+    case DType::boolean:
+      return value;
+  }
+  return value;
+}
+
 }  // namespace
 
 std::string shape_string(const Shape& shape) {
@@ -214,7 +243,15 @@ Tensor Tensor::uniform(Shape shape, double low, double high, Generator& generato
   Tensor t = empty(std::move(shape), dtype);
   const std::size_t size = dtype_size(dtype);
   for (std::int64_t i = 0; i < t.numel_; ++i) {
-    detail::store_element(dtype, t.data_ + i * size, low + (high - low) * generator.next_uniform());
+    std::byte* element = t.data_ + i * size;
+    detail::store_element(dtype, element, low + (high - low) * generator.next_uniform());
+    // Rounding to the dtype (or low + (high - low) * u itself, in f64) can reach high, and a
+    // low the dtype cannot represent can round below it: the neighbour inward is then inside.
+    const double stored = detail::load_element(dtype, element);
+    if (stored >= high || stored < low) {
+      detail::store_element(dtype, element,
+                            step_toward(dtype, stored, stored >= high ? low : high));
+    }
   }
   return t;
 }
