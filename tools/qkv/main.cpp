@@ -10,6 +10,9 @@ int main(int argc, char** argv) {
   CLI::App app{"qkv: attention mechanisms, from the formula to the fused kernel"};
   app.require_subcommand(1);
   qkv::cli::add_info(app);
+#ifdef QKV_WITH_BENCH
+  qkv::cli::add_bench(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,5 +6,7 @@ namespace qkv::cli {
 
 // Each subcommand registers itself on the app and runs when parsed.
 void add_info(CLI::App& app);
+// Built with QKV_BUILD_BENCH (it needs bench/qkv_bench); main.cpp registers it when present.
+void add_bench(CLI::App& app);
 
 }  // namespace qkv::cli

@@ -1,0 +1,132 @@
+#pragma once
+
+// The measurements behind `qkv bench` and bench_attention: the machine's ceilings (f32/f64 FMA
+// peak, STREAM triad bandwidth) and timed rows of the fused CPU kernel (Backend::cpu), with the
+// FLOP and byte counts that turn a time into a rate. The CLI and the Google Benchmark executable
+// share it so that both count the same work the same way.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qkv/attention.hpp"
+#include "qkv/dtype.hpp"
+#include "qkv/tensor.hpp"
+
+namespace qkv::bench {
+
+enum class Pass : std::uint8_t { fwd, bwd };
+
+std::string_view pass_name(Pass pass) noexcept;  // "fwd", "bwd"
+Pass parse_pass(std::string_view name);          // throws qkv::Error on anything else
+
+// One benchmark shape: Hq = Hk = H, Dv = D, causal is top-left (Tq == Tk in every default row).
+struct Shape {
+  Pass pass = Pass::fwd;
+  std::int64_t B = 1;
+  std::int64_t H = 8;
+  std::int64_t Tq = 512;
+  std::int64_t Tk = 512;
+  std::int64_t D = 64;
+  bool causal = false;
+  DType dtype = DType::f32;
+
+  // Decode: one query against a long KV cache. Its cost is reading K and V, so it is judged
+  // against memory bandwidth, not against the FMA peak.
+  bool is_decode() const noexcept { return Tq == 1; }
+  // "fwd B=1 H=8 Tq=512 Tk=512 D=64 causal f32", for logs and benchmark names.
+  std::string describe() const;
+};
+
+// FlashAttention's count (benchmarks/benchmark_flash_attention.py): the two matmuls of the
+// forward, 4 * B * H * Tq * Tk * D, halved when causal; the backward is 2.5x the forward (five
+// matmuls instead of two). Softmax and masking are not counted.
+double flop_count(const Shape& shape) noexcept;
+// The bytes of K and V one pass reads: 2 * B * H * Tk * D * sizeof(dtype).
+double kv_bytes(const Shape& shape) noexcept;
+
+// The tensors of one shape, allocated once (q, k, v from a seeded generator; out, lse, dout and
+// the gradients preallocated), so a timed run measures the kernel, not the allocator. For the
+// backward, out and lse come from one forward done in the constructor.
+class Workload {
+ public:
+  explicit Workload(const Shape& shape);
+  // One attention_forward or attention_backward with Backend::cpu, writing into the
+  // preallocated outputs. Threads follow omp_set_num_threads.
+  void run();
+  const Shape& shape() const noexcept { return shape_; }
+
+ private:
+  Shape shape_;
+  AttentionOptions options_;
+  Tensor q_, k_, v_;  // [B, Tq, H, D], [B, Tk, H, D], [B, Tk, H, D]
+  Tensor out_, lse_;  // [B, Tq, H, D], [B, H, Tq]
+  Tensor dout_;       // [B, Tq, H, D]; defined for the backward only
+  AttentionGrads grads_;
+};
+
+// The process's peak resident set. reset_peak_rss() returns free heap memory to the system
+// (glibc's malloc_trim) and lowers the high-water mark to the current RSS (writes "5" to
+// /proc/self/clear_refs); peak_rss_mb() reads VmHWM from /proc/self/status.
+// Where either fails (no procfs, an old kernel) the peak falls back to getrusage's ru_maxrss,
+// which cannot be reset and so is the peak of the whole process; *from_procfs (when given) says
+// whether VmHWM was read. MB means 2^20 bytes.
+bool reset_peak_rss() noexcept;
+double peak_rss_mb(bool* from_procfs = nullptr) noexcept;
+
+// How many timed repetitions a row gets. requested > 0 is taken as is; requested == 0 picks,
+// from the warm-up's time, enough to fill about kAutoRowSeconds, clamped to [kMinReps, kMaxReps],
+// so a 12 s backward gets 3 and a 5 ms forward gets 10.
+inline constexpr double kAutoRowSeconds = 10.0;
+inline constexpr int kMinReps = 3;
+inline constexpr int kMaxReps = 10;
+int reps_for(int requested, double warmup_seconds) noexcept;
+
+// The ceilings rows are compared against; 0 where not measured.
+struct Peaks {
+  double gflops_f32 = 0.0;  // FMA peak, all threads
+  double gflops_f64 = 0.0;
+  double stream_gbps = 0.0;  // STREAM triad
+};
+
+// One measured row.
+struct RowResult {
+  Shape shape;
+  int threads = 0;
+  int reps = 0;
+  double ms = 0.0;      // median over reps, one warm-up excluded
+  double ms_min = 0.0;  // the fastest and slowest rep: their spread shows the noise
+  double ms_max = 0.0;
+  double gflops = 0.0;       // flop_count / median
+  double gbps = 0.0;         // kv_bytes / median (decode rows; 0 otherwise)
+  double peak_fraction = 0;  // gflops / FMA peak of the dtype, or gbps / stream for decode rows;
+                             // 0 when the ceiling was not measured
+  double peak_rss_mb = 0.0;  // process VmHWM during the row (allocation, warm-up and reps)
+  bool peak_rss_is_row = false;  // false: no reset or no VmHWM, so the process's peak
+};
+
+// Times one row: builds its Workload with `threads` OpenMP threads, runs it once untimed, then
+// reps_for(requested_reps, warm-up time) times, and takes the median.
+RowResult run_row(const Shape& shape, int threads, int requested_reps, const Peaks& peaks);
+
+// The FMA peak in GFLOP/s: every OpenMP thread (`threads` of them) runs independent chains of
+// vector FMAs (Highway, the best target this CPU has) for a fixed count; best of `runs`.
+double fma_peak_gflops(DType dtype, int threads, int runs = 10);
+// STREAM triad a[i] = b[i] + s * c[i] on three f64 arrays of `bytes_per_array` each, OpenMP
+// static schedule, first-touched by the threads that use them; 3 * bytes_per_array per sweep
+// (STREAM's convention: the write-allocate read of a[] is not counted). Best of `runs`.
+inline constexpr std::int64_t kStreamBytesPerArray = std::int64_t{128} << 20;
+double stream_triad_gbps(int threads, int runs = 10,
+                         std::int64_t bytes_per_array = kStreamBytesPerArray);
+Peaks measure_peaks(int threads);
+
+// The default suite: B = 1, H = 8, T in ts, D in ds, causal and not, fwd and bwd, then the decode
+// rows (B = 1, H = 8, D = 128, Tq = 1, Tk in decode_tks, forward, not causal).
+inline const std::vector<std::int64_t> kDefaultTs = {512, 1024, 2048, 4096, 8192};
+inline const std::vector<std::int64_t> kDefaultDs = {64, 128};
+inline const std::vector<std::int64_t> kDefaultDecodeTks = {4096, 16384, 65536};
+std::vector<Shape> suite(const std::vector<std::int64_t>& ts, const std::vector<std::int64_t>& ds,
+                         const std::vector<std::int64_t>& decode_tks, DType dtype = DType::f32);
+
+}  // namespace qkv::bench

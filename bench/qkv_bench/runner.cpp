@@ -1,0 +1,208 @@
+// Timed rows of the fused CPU kernel: FLOP and byte counts, workloads, peak RSS, medians.
+#include <omp.h>
+#include <sys/resource.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qkv/error.hpp"
+#include "qkv_bench/measure.hpp"
+
+namespace qkv::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+void check_shape(const Shape& shape) {
+  const auto positive = [](const char* name, std::int64_t value) {
+    if (value < 1) throw Error(name, "at least 1", std::to_string(value));
+  };
+  positive("B", shape.B);
+  positive("H", shape.H);
+  positive("Tq", shape.Tq);
+  positive("Tk", shape.Tk);
+  positive("D", shape.D);
+  if (shape.dtype != DType::f32 && shape.dtype != DType::f64) {
+    throw Error("dtype", "f32 or f64", std::string(dtype_name(shape.dtype)));
+  }
+}
+
+}  // namespace
+
+std::string_view pass_name(Pass pass) noexcept { return pass == Pass::fwd ? "fwd" : "bwd"; }
+
+Pass parse_pass(std::string_view name) {
+  if (name == "fwd") return Pass::fwd;
+  if (name == "bwd") return Pass::bwd;
+  throw Error("pass", "fwd or bwd", std::string(name));
+}
+
+std::string Shape::describe() const {
+  return std::string(pass_name(pass)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
+         " Tq=" + std::to_string(Tq) + " Tk=" + std::to_string(Tk) + " D=" + std::to_string(D) +
+         (causal ? " causal " : " ") + std::string(dtype_name(dtype));
+}
+
+double flop_count(const Shape& shape) noexcept {
+  const double forward = 4.0 * static_cast<double>(shape.B) * static_cast<double>(shape.H) *
+                         static_cast<double>(shape.Tq) * static_cast<double>(shape.Tk) *
+                         static_cast<double>(shape.D) / (shape.causal ? 2.0 : 1.0);
+  return shape.pass == Pass::fwd ? forward : 2.5 * forward;
+}
+
+double kv_bytes(const Shape& shape) noexcept {
+  return 2.0 * static_cast<double>(shape.B) * static_cast<double>(shape.H) *
+         static_cast<double>(shape.Tk) * static_cast<double>(shape.D) *
+         static_cast<double>(dtype_size(shape.dtype));
+}
+
+// q [B, Tq, H, D], k [B, Tk, H, D], v [B, Tk, H, D] -> out [B, Tq, H, D], lse [B, H, Tq];
+// the backward adds dout [B, Tq, H, D] and dq, dk, dv shaped like q, k, v.
+Workload::Workload(const Shape& shape) : shape_(shape) {
+  check_shape(shape);
+  options_.backend = Backend::cpu;
+  options_.causal = shape.causal ? Causal::top_left : Causal::none;
+  // A fixed seed: every run of the benchmark sees the same numbers (timing does not depend on
+  // them, but a reproducible input keeps a surprising result reproducible too).
+  Generator gen(2026);
+  const DType dt = shape.dtype;
+  q_ = Tensor::randn({shape.B, shape.Tq, shape.H, shape.D}, gen, dt);
+  k_ = Tensor::randn({shape.B, shape.Tk, shape.H, shape.D}, gen, dt);
+  v_ = Tensor::randn({shape.B, shape.Tk, shape.H, shape.D}, gen, dt);
+  out_ = Tensor::empty({shape.B, shape.Tq, shape.H, shape.D}, dt);
+  lse_ = Tensor::empty({shape.B, shape.H, shape.Tq}, dt == DType::f64 ? DType::f64 : DType::f32);
+  if (shape.pass == Pass::bwd) {
+    attention_forward(q_, k_, v_, options_, out_, lse_);
+    dout_ = Tensor::randn(out_.shape(), gen, dt);
+    grads_.dq = Tensor::empty(q_.shape(), dt);
+    grads_.dk = Tensor::empty(k_.shape(), dt);
+    grads_.dv = Tensor::empty(v_.shape(), dt);
+  }
+}
+
+void Workload::run() {
+  if (shape_.pass == Pass::fwd) {
+    attention_forward(q_, k_, v_, options_, out_, lse_);
+  } else {
+    attention_backward(dout_, q_, k_, v_, out_, lse_, options_, grads_);
+  }
+}
+
+bool reset_peak_rss() noexcept {
+#if defined(__GLIBC__)
+  // glibc keeps freed memory of earlier rows in its heap (its mmap threshold grows after big
+  // frees), which would count as this row's RSS; hand it back first.
+  malloc_trim(0);
+#endif
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+double peak_rss_mb(bool* from_procfs) noexcept {
+  if (from_procfs != nullptr) *from_procfs = false;
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      try {
+        const double kib = std::stod(line.substr(6));
+        if (from_procfs != nullptr) *from_procfs = true;
+        return kib / 1024.0;
+      } catch (...) {
+        break;
+      }
+    }
+  }
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0.0;
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // kB on Linux
+}
+
+int reps_for(int requested, double warmup_seconds) noexcept {
+  if (requested > 0) return requested;
+  if (warmup_seconds <= 0.0) return kMaxReps;
+  const double fit = kAutoRowSeconds / warmup_seconds;
+  return fit >= kMaxReps ? kMaxReps : std::max(kMinReps, static_cast<int>(fit));
+}
+
+RowResult run_row(const Shape& shape, int threads, int requested_reps, const Peaks& peaks) {
+  if (threads < 1) throw Error("threads", "at least 1", std::to_string(threads));
+  if (requested_reps < 0) throw Error("reps", "0 (auto) or more", std::to_string(requested_reps));
+  omp_set_num_threads(threads);
+  RowResult result;
+  const bool reset = reset_peak_rss();
+  result.shape = shape;
+  result.threads = threads;
+  {
+    Workload work(shape);
+    // The warm-up faults in the kernel's scratch and the outputs' pages, and sizes the reps.
+    const Clock::time_point warm = Clock::now();
+    work.run();
+    result.reps = reps_for(requested_reps, seconds_since(warm));
+    std::vector<double> times;
+    times.reserve(static_cast<std::size_t>(result.reps));
+    for (int rep = 0; rep < result.reps; ++rep) {
+      const Clock::time_point start = Clock::now();
+      work.run();
+      times.push_back(seconds_since(start));
+    }
+    const auto [fastest, slowest] = std::minmax_element(times.begin(), times.end());
+    result.ms_min = *fastest * 1e3;
+    result.ms_max = *slowest * 1e3;
+    const double seconds = median(std::move(times));
+    result.ms = seconds * 1e3;
+    result.gflops = flop_count(shape) / seconds * 1e-9;
+    if (shape.is_decode()) result.gbps = kv_bytes(shape) / seconds * 1e-9;
+  }
+  bool from_procfs = false;
+  result.peak_rss_mb = peak_rss_mb(&from_procfs);
+  result.peak_rss_is_row = reset && from_procfs;
+  if (shape.is_decode()) {
+    if (peaks.stream_gbps > 0.0) result.peak_fraction = result.gbps / peaks.stream_gbps;
+  } else {
+    const double peak = shape.dtype == DType::f64 ? peaks.gflops_f64 : peaks.gflops_f32;
+    if (peak > 0.0) result.peak_fraction = result.gflops / peak;
+  }
+  return result;
+}
+
+std::vector<Shape> suite(const std::vector<std::int64_t>& ts, const std::vector<std::int64_t>& ds,
+                         const std::vector<std::int64_t>& decode_tks, DType dtype) {
+  std::vector<Shape> shapes;
+  for (const Pass pass : {Pass::fwd, Pass::bwd}) {
+    for (const std::int64_t d : ds) {
+      for (const bool causal : {false, true}) {
+        for (const std::int64_t t : ts) {
+          shapes.push_back({pass, 1, 8, t, t, d, causal, dtype});
+        }
+      }
+    }
+  }
+  for (const std::int64_t tk : decode_tks) {
+    shapes.push_back({Pass::fwd, 1, 8, 1, tk, 128, false, dtype});
+  }
+  return shapes;
+}
+
+}  // namespace qkv::bench

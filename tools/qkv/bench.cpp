@@ -1,0 +1,238 @@
+// qkv bench: times the fused CPU attention kernel over a suite of shapes and prints, per row,
+// the median time, GFLOP/s (GB/s for decode) and, with --peak, the fraction of this machine's
+// measured ceilings. The measurement code is bench/qkv_bench (shared with bench_attention).
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "qkv/commands.hpp"
+#include "qkv/error.hpp"
+#include "qkv/system.hpp"
+#include "qkv/version.hpp"
+#include "qkv_bench/measure.hpp"
+
+namespace qkv::cli {
+namespace {
+
+struct BenchOptions {
+  bool peak = false;
+  bool quick = false;
+  bool no_decode = false;
+  std::string json_path;
+  int threads = 0;  // 0: thread_count()
+  int reps = 0;     // 0: bench::reps_for picks
+  std::vector<std::int64_t> ts;
+  std::vector<std::int64_t> ds;
+  std::vector<std::int64_t> decode_tks;
+  std::vector<std::string> passes;
+  std::string dtype = "f32";
+};
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const std::size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+// The 1-minute load average, or -1 where /proc/loadavg cannot be read. Other work on the
+// machine steals cores from the kernel, so the run records it at its start and end.
+double load_average() {
+  std::ifstream loadavg("/proc/loadavg");
+  double one_minute = -1.0;
+  if (!(loadavg >> one_minute)) return -1.0;
+  return one_minute;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+// Rounded for the file: more digits than the timing noise only make diffs of results noisy.
+double rounded(double value, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(value * scale) / scale;
+}
+
+nlohmann::ordered_json row_json(const bench::RowResult& r, bool have_peak) {
+  const bench::Shape& s = r.shape;
+  nlohmann::ordered_json row = {
+      {"kernel", "cpu"},
+      {"pass", bench::pass_name(s.pass)},
+      {"B", s.B},
+      {"H", s.H},
+      {"Tq", s.Tq},
+      {"Tk", s.Tk},
+      {"D", s.D},
+      {"causal", s.causal},
+      {"dtype", dtype_name(s.dtype)},
+      {"threads", r.threads},
+      {"reps", r.reps},
+      {"ms", rounded(r.ms, 4)},
+      {"ms_min", rounded(r.ms_min, 4)},
+      {"ms_max", rounded(r.ms_max, 4)},
+      {"gflops", rounded(r.gflops, 3)},
+  };
+  if (s.is_decode()) row["gbps"] = rounded(r.gbps, 3);
+  row["peak_fraction"] = have_peak ? nlohmann::ordered_json(rounded(r.peak_fraction, 4)) : nullptr;
+  row["peak_of"] = s.is_decode() ? "stream_gbps" : "peak_gflops";
+  row["peak_rss_mb"] = rounded(r.peak_rss_mb, 2);
+  row["peak_rss_is_row"] = r.peak_rss_is_row;
+  return row;
+}
+
+void print_header(bool have_peak) {
+  std::printf("%-6s %-4s %2s %3s %6s %6s %4s %-6s %-5s %7s %4s %10s %8s %7s", "kernel", "pass", "B",
+              "H", "Tq", "Tk", "D", "causal", "dtype", "threads", "reps", "ms", "GFLOP/s", "GB/s");
+  if (have_peak) std::printf(" %6s %8s", "%fma", "%stream");
+  std::printf(" %8s\n", "RSS_MB");
+}
+
+void print_row(const bench::RowResult& r, bool have_peak) {
+  const bench::Shape& s = r.shape;
+  std::printf("%-6s %-4s %2lld %3lld %6lld %6lld %4lld %-6s %-5s %7d %4d %10.3f %8.1f", "cpu",
+              std::string(bench::pass_name(s.pass)).c_str(), static_cast<long long>(s.B),
+              static_cast<long long>(s.H), static_cast<long long>(s.Tq),
+              static_cast<long long>(s.Tk), static_cast<long long>(s.D), s.causal ? "yes" : "no",
+              std::string(dtype_name(s.dtype)).c_str(), r.threads, r.reps, r.ms, r.gflops);
+  if (s.is_decode()) {
+    std::printf(" %7.1f", r.gbps);
+  } else {
+    std::printf(" %7s", "-");
+  }
+  if (have_peak) {
+    const double percent = 100.0 * r.peak_fraction;
+    if (s.is_decode()) {
+      std::printf(" %6s %7.1f%%", "-", percent);
+    } else {
+      std::printf(" %5.1f%% %8s", percent, "-");
+    }
+  }
+  std::printf(" %8.1f\n", r.peak_rss_mb);
+  std::fflush(stdout);
+}
+
+void run_bench(const BenchOptions& opt) {
+  const int threads = opt.threads > 0 ? opt.threads : thread_count();
+  const DType dtype = opt.dtype == "f64" ? DType::f64 : DType::f32;
+  std::vector<std::int64_t> ts =
+      opt.quick ? std::vector<std::int64_t>{256, 512} : bench::kDefaultTs;
+  std::vector<std::int64_t> ds = opt.quick ? std::vector<std::int64_t>{64} : bench::kDefaultDs;
+  std::vector<std::int64_t> decode_tks =
+      opt.quick ? std::vector<std::int64_t>{4096} : bench::kDefaultDecodeTks;
+  if (!opt.ts.empty()) ts = opt.ts;
+  if (!opt.ds.empty()) ds = opt.ds;
+  if (!opt.decode_tks.empty()) decode_tks = opt.decode_tks;
+  if (opt.no_decode) decode_tks.clear();
+  std::vector<bench::Shape> shapes;
+  for (const bench::Shape& shape : bench::suite(ts, ds, decode_tks, dtype)) {
+    bool wanted = opt.passes.empty();
+    for (const std::string& pass : opt.passes) wanted |= bench::parse_pass(pass) == shape.pass;
+    if (wanted) shapes.push_back(shape);
+  }
+
+  // Opened before the run so a bad path fails in a second, not after the whole suite.
+  std::ofstream json_file;
+  if (!opt.json_path.empty()) {
+    json_file.open(opt.json_path);
+    if (!json_file) throw Error("--json", "a writable file", opt.json_path);
+  }
+
+  std::printf("qkv %s, %s, %d threads\n", std::string(version()).c_str(), cpu_model().c_str(),
+              threads);
+  const double load_start = load_average();
+  if (load_start > 0.5) {
+    std::printf("note: load average %.2f, other work may slow the rows down\n", load_start);
+  }
+  bench::Peaks peaks;
+  if (opt.peak) {
+    peaks = bench::measure_peaks(threads);
+    std::printf(
+        "peak: %.1f GFLOP/s f32 FMA, %.1f GFLOP/s f64 FMA, %.1f GB/s STREAM triad "
+        "(best of 10, %d threads)\n",
+        peaks.gflops_f32, peaks.gflops_f64, peaks.stream_gbps, threads);
+  }
+  std::printf(
+      "GFLOP/s counts 4*B*H*Tq*Tk*D per forward (halved when causal), 2.5x for the "
+      "backward; ms is the median of reps\n\n");
+  print_header(opt.peak);
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const bench::Shape& shape : shapes) {
+    const bench::RowResult result = bench::run_row(shape, threads, opt.reps, peaks);
+    print_row(result, opt.peak);
+    rows.push_back(row_json(result, opt.peak));
+  }
+
+  if (json_file.is_open()) {
+    nlohmann::ordered_json doc;
+    doc["peak_gflops"] = opt.peak ? nlohmann::ordered_json(rounded(peaks.gflops_f32, 2)) : nullptr;
+    doc["peak_gflops_f64"] =
+        opt.peak ? nlohmann::ordered_json(rounded(peaks.gflops_f64, 2)) : nullptr;
+    doc["stream_gbps"] = opt.peak ? nlohmann::ordered_json(rounded(peaks.stream_gbps, 2)) : nullptr;
+    doc["machine"] = {{"cpu", cpu_model()},
+                      {"threads", threads},
+                      {"simd_targets", simd_targets()},
+                      {"qkv_version", std::string(version())},
+                      {"date", utc_now()},
+                      {"load_average_start", load_start},
+                      {"load_average_end", load_average()}};
+    doc["rows"] = rows;
+    json_file << doc.dump(2) << '\n';
+    if (!json_file) throw Error("--json", "a writable file", opt.json_path);
+  }
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto opt = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "Time the fused CPU attention kernel: B=1, H=8, T in {512..8192}, D in {64, 128}, causal "
+      "and not, fwd and bwd, plus decode rows (Tq=1, Tk in {4096, 16384, 65536}, D=128)");
+  cmd->add_flag("--peak", opt->peak,
+                "First measure the FMA peak and STREAM bandwidth and show each row's fraction of "
+                "them (without it the fraction columns are left out and JSON has null)");
+  cmd->add_option("--json", opt->json_path, "Also write the results to this JSON file");
+  cmd->add_option("--threads", opt->threads, "OpenMP threads (default: all, OMP_NUM_THREADS)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--reps", opt->reps,
+                  "Timed repetitions per row (default: enough for ~10 s a row, 3 to 10)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_flag("--quick", opt->quick,
+                "A tiny suite for smoke tests: T in {256, 512}, D 64, one decode row (Tk 4096)");
+  cmd->add_option("--T", opt->ts, "Sequence lengths (Tq = Tk), replacing the default list")
+      ->check(CLI::PositiveNumber)
+      ->delimiter(',');
+  cmd->add_option("--D", opt->ds, "Head dims, replacing the default list")
+      ->check(CLI::PositiveNumber)
+      ->delimiter(',');
+  cmd->add_option("--decode-tk", opt->decode_tks, "Decode rows' key lengths, replacing the default")
+      ->check(CLI::PositiveNumber)
+      ->delimiter(',');
+  cmd->add_flag("--no-decode", opt->no_decode, "Leave out the decode rows");
+  cmd->add_option("--pass", opt->passes, "Only these passes (fwd, bwd)")
+      ->check(CLI::IsMember({"fwd", "bwd"}))
+      ->delimiter(',');
+  cmd->add_option("--dtype", opt->dtype, "Storage and compute type")
+      ->check(CLI::IsMember({"f32", "f64"}));
+  cmd->callback([opt] { run_bench(*opt); });
+}
+
+}  // namespace qkv::cli
