@@ -104,6 +104,13 @@ struct RowResult {
                              // 0 when the ceiling was not measured
   double peak_rss_mb = 0.0;  // process VmHWM during the row (allocation, warm-up and reps)
   bool peak_rss_is_row = false;  // false: no reset or no VmHWM, so the process's peak
+  // The same ceiling measured while the row ran (0 when the peaks were not measured): for
+  // compute rows the median of short FMA bursts run after every timed rep, for decode rows the
+  // mean of a STREAM triad just before and just after the row. On a shared VM the ceiling
+  // itself moves by 2x within minutes, so a fraction of a peak measured earlier can say more
+  // about the neighbours than about the kernel; this one compares like with like.
+  double ceiling_during = 0.0;
+  double fraction_during = 0.0;  // rate / ceiling_during, rep by rep, median
 };
 
 // Times one row: builds its Workload with `threads` OpenMP threads, runs it once untimed, then
@@ -113,6 +120,11 @@ RowResult run_row(const Shape& shape, int threads, int requested_reps, const Pea
 // The FMA peak in GFLOP/s: every OpenMP thread (`threads` of them) runs independent chains of
 // vector FMAs (Highway, the best target this CPU has) for a fixed count; best of `runs`.
 double fma_peak_gflops(DType dtype, int threads, int runs = 10);
+// One short run of the same chains (2^iterations_log2 iterations per thread), in GFLOP/s: the
+// probe that run_row interleaves with the timed reps.
+double fma_burst_gflops(DType dtype, int threads, int iterations_log2);
+// 2^22 iterations: ~10 ms per burst at full speed on AVX2 f32, so the probes add ~10% to a row.
+inline constexpr int kBurstIterationsLog2 = 22;
 // STREAM triad a[i] = b[i] + s * c[i] on three f64 arrays of `bytes_per_array` each, OpenMP
 // static schedule, first-touched by the threads that use them; 3 * bytes_per_array per sweep
 // (STREAM's convention: the write-allocate read of a[] is not counted). Best of `runs`.

@@ -81,39 +81,47 @@ double seconds_since(Clock::time_point start) {
 
 // About 0.1-0.2 s per run at 3-4 GHz on AVX2 (12 chains at 2 FMAs per cycle = 6 cycles per
 // iteration): long enough that the barrier and the clock are noise, short enough for 10 runs.
-constexpr std::int64_t kFmaIterations = std::int64_t{1} << 26;
+constexpr int kFmaIterationsLog2 = 26;
 
 }  // namespace
 
-double fma_peak_gflops(DType dtype, int threads, int runs) {
+double fma_burst_gflops(DType dtype, int threads, int iterations_log2) {
   if (dtype != DType::f32 && dtype != DType::f64) {
     throw Error("dtype", "f32 or f64", std::string(dtype_name(dtype)));
   }
   if (threads < 1) throw Error("threads", "at least 1", std::to_string(threads));
+  if (iterations_log2 < 10 || iterations_log2 > 30) {
+    throw Error("iterations_log2", "in [10, 30]", std::to_string(iterations_log2));
+  }
+  const std::int64_t iterations = std::int64_t{1} << iterations_log2;
   // One sink per thread, a cache line apart, so the final stores do not share a line.
   constexpr int kStride = 16;
   auto sinks = std::make_unique<double[]>(static_cast<std::size_t>(threads) * kStride);
-  double best = 0.0;
-  for (int run = 0; run < runs; ++run) {
-    double flops = 0.0;
-    Clock::time_point start;
+  double flops = 0.0;
+  Clock::time_point start;
 #pragma omp parallel num_threads(threads) reduction(+ : flops)
-    {
-      // Every thread starts together, so the time covers all of them computing at once (a
-      // core whose neighbour idles can clock higher than under a real load).
+  {
+    // Every thread starts together, so the time covers all of them computing at once (a
+    // core whose neighbour idles can clock higher than under a real load).
 #pragma omp barrier
 #pragma omp single
-      start = Clock::now();
-      double* sink = &sinks[static_cast<std::size_t>(omp_get_thread_num()) * kStride];
-      if (dtype == DType::f32) {
-        float value = 0.0f;
-        flops += HWY_DYNAMIC_DISPATCH(FmaChainsF32)(kFmaIterations, &value);
-        *sink = value;
-      } else {
-        flops += HWY_DYNAMIC_DISPATCH(FmaChainsF64)(kFmaIterations, sink);
-      }
+    start = Clock::now();
+    double* sink = &sinks[static_cast<std::size_t>(omp_get_thread_num()) * kStride];
+    if (dtype == DType::f32) {
+      float value = 0.0f;
+      flops += HWY_DYNAMIC_DISPATCH(FmaChainsF32)(iterations, &value);
+      *sink = value;
+    } else {
+      flops += HWY_DYNAMIC_DISPATCH(FmaChainsF64)(iterations, sink);
     }
-    best = std::max(best, flops / seconds_since(start) * 1e-9);
+  }
+  return flops / seconds_since(start) * 1e-9;
+}
+
+double fma_peak_gflops(DType dtype, int threads, int runs) {
+  double best = 0.0;
+  for (int run = 0; run < runs; ++run) {
+    best = std::max(best, fma_burst_gflops(dtype, threads, kFmaIterationsLog2));
   }
   return best;
 }

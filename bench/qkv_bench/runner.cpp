@@ -151,9 +151,17 @@ RowResult run_row(const Shape& shape, int threads, int requested_reps, const Pea
   if (requested_reps < 0) throw Error("reps", "0 (auto) or more", std::to_string(requested_reps));
   omp_set_num_threads(threads);
   RowResult result;
+  const double peak = shape.is_decode()           ? peaks.stream_gbps
+                      : shape.dtype == DType::f64 ? peaks.gflops_f64
+                                                  : peaks.gflops_f32;
+  const bool probe = peak > 0.0;
+  // Decode rows: the bandwidth just before the row (its arrays are freed before the RSS reset).
+  const double stream_before = probe && shape.is_decode() ? stream_triad_gbps(threads, 3) : 0.0;
   const bool reset = reset_peak_rss();
   result.shape = shape;
   result.threads = threads;
+  std::vector<double> bursts;
+  std::vector<double> fractions;
   {
     Workload work(shape);
     // The warm-up faults in the kernel's scratch and the outputs' pages, and sizes the reps.
@@ -166,6 +174,10 @@ RowResult run_row(const Shape& shape, int threads, int requested_reps, const Pea
       const Clock::time_point start = Clock::now();
       work.run();
       times.push_back(seconds_since(start));
+      if (probe && !shape.is_decode()) {
+        bursts.push_back(fma_burst_gflops(shape.dtype, threads, kBurstIterationsLog2));
+        fractions.push_back(flop_count(shape) / times.back() * 1e-9 / bursts.back());
+      }
     }
     const auto [fastest, slowest] = std::minmax_element(times.begin(), times.end());
     result.ms_min = *fastest * 1e3;
@@ -178,11 +190,15 @@ RowResult run_row(const Shape& shape, int threads, int requested_reps, const Pea
   bool from_procfs = false;
   result.peak_rss_mb = peak_rss_mb(&from_procfs);
   result.peak_rss_is_row = reset && from_procfs;
+  if (!probe) return result;
   if (shape.is_decode()) {
-    if (peaks.stream_gbps > 0.0) result.peak_fraction = result.gbps / peaks.stream_gbps;
+    result.peak_fraction = result.gbps / peak;
+    result.ceiling_during = 0.5 * (stream_before + stream_triad_gbps(threads, 3));
+    result.fraction_during = result.gbps / result.ceiling_during;
   } else {
-    const double peak = shape.dtype == DType::f64 ? peaks.gflops_f64 : peaks.gflops_f32;
-    if (peak > 0.0) result.peak_fraction = result.gflops / peak;
+    result.peak_fraction = result.gflops / peak;
+    result.ceiling_during = median(std::move(bursts));
+    result.fraction_during = median(std::move(fractions));
   }
   return result;
 }

@@ -92,6 +92,10 @@ nlohmann::ordered_json row_json(const bench::RowResult& r, bool have_peak) {
   if (s.is_decode()) row["gbps"] = rounded(r.gbps, 3);
   row["peak_fraction"] = have_peak ? nlohmann::ordered_json(rounded(r.peak_fraction, 4)) : nullptr;
   row["peak_of"] = s.is_decode() ? "stream_gbps" : "peak_gflops";
+  row["ceiling_during_row"] =
+      have_peak ? nlohmann::ordered_json(rounded(r.ceiling_during, 2)) : nullptr;
+  row["fraction_during_row"] =
+      have_peak ? nlohmann::ordered_json(rounded(r.fraction_during, 4)) : nullptr;
   row["peak_rss_mb"] = rounded(r.peak_rss_mb, 2);
   row["peak_rss_is_row"] = r.peak_rss_is_row;
   return row;
@@ -100,7 +104,7 @@ nlohmann::ordered_json row_json(const bench::RowResult& r, bool have_peak) {
 void print_header(bool have_peak) {
   std::printf("%-6s %-4s %2s %3s %6s %6s %4s %-6s %-5s %7s %4s %10s %8s %7s", "kernel", "pass", "B",
               "H", "Tq", "Tk", "D", "causal", "dtype", "threads", "reps", "ms", "GFLOP/s", "GB/s");
-  if (have_peak) std::printf(" %6s %8s", "%fma", "%stream");
+  if (have_peak) std::printf(" %6s %8s %6s", "%fma", "%stream", "%now");
   std::printf(" %8s\n", "RSS_MB");
 }
 
@@ -123,6 +127,7 @@ void print_row(const bench::RowResult& r, bool have_peak) {
     } else {
       std::printf(" %5.1f%% %8s", percent, "-");
     }
+    std::printf(" %5.1f%%", 100.0 * r.fraction_during);
   }
   std::printf(" %8.1f\n", r.peak_rss_mb);
   std::fflush(stdout);

@@ -9,10 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <utility>
 
 #include "hwy/aligned_allocator.h"
-#include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/cpu/entry.hpp"
@@ -43,83 +41,70 @@ struct SoftmaxState {
   }
 };
 
-// Per-thread scratch of the forward: the score tile, dropout factors, and softmax state for
-// `rows` rows.
+// Per-thread scratch of the forward: score tiles and dropout factors for `rows` rows of kBk keys,
+// and softmax state for the same rows.
 template <class T>
 struct ForwardScratch {
   hwy::AlignedFreeUniquePtr<T[]> s, z, acc, m, l;
   ForwardScratch(std::int64_t rows, std::int64_t dim_v)
-      : s(hwy::AllocateAligned<T>(kBq * kBk)),
-        z(hwy::AllocateAligned<T>(kBq * kBk)),
+      : s(hwy::AllocateAligned<T>(rows * kBk)),
+        z(hwy::AllocateAligned<T>(rows * kBk)),
         acc(hwy::AllocateAligned<T>(rows * dim_v)),
         m(hwy::AllocateAligned<T>(rows)),
         l(hwy::AllocateAligned<T>(rows)) {}
   SoftmaxState<T> state() { return {acc.get(), m.get(), l.get()}; }
 };
 
-// Where a tile's keys and values come from: one head's K^T and V packed in tiles (kt: [D, kBk]
-// per tile, vt: [kBk, Dv] per tile), when many q-blocks share them; or, with null pointers, K's
-// and V's own rows (decode, where each key meets a few queries only and a pack would double the
-// memory traffic).
+// One tile of the online softmax for rows [i0, i0 + live) of head h of batch b, whose scores
+// against keys [j0, j0 + cols) are in s [live, kBk] (q . k, before scale and mods). Turns them
+// into P against the running row max (times the dropout factors z [live, kBk] when dropout is
+// on), rescales what acc holds when a row's max moves, and adds the row sums into l. The caller
+// then adds P V into acc.
 template <class T>
-struct KeySource {
-  const T* kt = nullptr;
-  const T* v = nullptr;
-};
-
-// Folds keys [k_lo, k_hi) (tile-aligned apart from the ends) into `state`, the online-softmax
-// state of rows [i0, i0 + live) of head h of batch b.
-template <class T>
-void attend_keys(const Problem<T>& p, const KeySource<T>& keys_src, std::int64_t b, std::int64_t h,
-                 std::int64_t i0, std::int64_t live, std::int64_t k_lo, std::int64_t k_hi,
-                 ForwardScratch<T>& scratch, const SoftmaxState<T>& state) {
-  const Dims& d = p.dims;
-  const std::int64_t hk = h / d.group();
+void softmax_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
+                  std::int64_t live, std::int64_t j0, std::int64_t cols, TileKind kind, T* s, T* z,
+                  const SoftmaxState<T>& state) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  T* acc = state.acc;
-  T* m = state.m;
-  T* l = state.l;
+  const std::int64_t dim_v = p.dims.Dv;
+  const T row_scale = score_tile(p, b, h, i0, live, j0, cols, kind, s, static_cast<T*>(nullptr));
+  if (p.dropout.enabled()) dropout_tile(p, b, h, i0, live, j0, cols, z);
+  for (std::int64_t r = 0; r < live; ++r) {
+    T* row = s + r * kBk;
+    const T m_new = std::max(state.m[r], row_scale * row_max(row));
+    if (m_new == kNegInf) {  // nothing kept in this row yet
+      std::fill(row, row + kBk, T(0));
+      continue;
+    }
+    // Online softmax: rescale what was accumulated against the old max.
+    const T alpha = state.m[r] == kNegInf ? T(0) : std::exp(state.m[r] - m_new);
+    const T row_sum = row_exp(row, row_scale, m_new);
+    state.l[r] = state.l[r] * alpha + row_sum;
+    state.m[r] = m_new;
+    if (alpha != T(1)) scale_row(state.acc + r * dim_v, dim_v, alpha);
+    // Dropout scales what reaches V, not the normalizer (lse is not affected).
+    if (p.dropout.enabled()) row_mul(row, z + r * kBk);
+  }
+}
+
+// Folds every key into `state`, the online-softmax state of rows [i0, i0 + live) of head h of
+// batch b, from one head's K^T and V packed in tiles (kt: [D, kBk] per tile, vt: [kBk, Dv] per
+// tile). Tiles the mask empties are skipped.
+template <class T>
+void attend_keys(const Problem<T>& p, const T* kt, const T* vt, std::int64_t b, std::int64_t h,
+                 std::int64_t i0, std::int64_t live, ForwardScratch<T>& scratch,
+                 const SoftmaxState<T>& state) {
+  const Dims& d = p.dims;
   const T* q = p.q + ((b * d.Tq + i0) * d.Hq + h) * d.D;  // rows stride Hq * D
   const Range keys = key_range(p.mask_mod, b, i0, i0 + live);
-  const std::int64_t lo = std::max(keys.lo, k_lo);
-  const std::int64_t hi = std::min(keys.hi, k_hi);
-  for (std::int64_t j0 = lo / kBk * kBk; j0 < hi; j0 += kBk) {
+  for (std::int64_t j0 = keys.lo / kBk * kBk; j0 < keys.hi; j0 += kBk) {
     const std::int64_t cols = std::min(kBk, d.Tk - j0);
     const TileKind kind = classify(p.mask_mod, b, i0, i0 + live, j0, j0 + cols);
     if (kind == TileKind::empty) continue;
     T* s = scratch.s.get();
-    // S = Q K^T for this tile, then scale, mods and mask.
-    if (keys_src.kt != nullptr) {
-      gemm<true>(live, kBk, d.D, q, d.Hq * d.D, keys_src.kt + j0 * d.D, kBk, s, kBk, false);
-    } else {
-      gemm_nt(live, cols, d.D, q, d.Hq * d.D, p.k + ((b * d.Tk + j0) * d.Hk + hk) * d.D, d.Hk * d.D,
-              s, kBk);
-    }
-    const T row_scale = score_tile(p, b, h, i0, live, j0, cols, kind, s, static_cast<T*>(nullptr));
-    if (p.dropout.enabled()) dropout_tile(p, b, h, i0, live, j0, cols, scratch.z.get());
-    for (std::int64_t r = 0; r < live; ++r) {
-      T* row = s + r * kBk;
-      const T m_new = std::max(m[r], row_scale * row_max(row));
-      if (m_new == kNegInf) {  // nothing kept in this row yet
-        std::fill(row, row + kBk, T(0));
-        continue;
-      }
-      // Online softmax: rescale what was accumulated against the old max.
-      const T alpha = m[r] == kNegInf ? T(0) : std::exp(m[r] - m_new);
-      const T row_sum = row_exp(row, row_scale, m_new);
-      l[r] = l[r] * alpha + row_sum;
-      m[r] = m_new;
-      if (alpha != T(1)) scale_row(acc + r * d.Dv, d.Dv, alpha);
-      // Dropout scales what reaches V, not the normalizer (lse is not affected).
-      if (p.dropout.enabled()) row_mul(row, scratch.z.get() + r * kBk);
-    }
-    // acc += P V for this tile (V's own rows have stride Hk * Dv, packed ones Dv).
-    if (keys_src.v != nullptr) {
-      gemm(live, d.Dv, cols, s, kBk, keys_src.v + j0 * d.Dv, d.Dv, acc, d.Dv, true);
-    } else {
-      gemm(live, d.Dv, cols, s, kBk, p.v + ((b * d.Tk + j0) * d.Hk + hk) * d.Dv, d.Hk * d.Dv, acc,
-           d.Dv, true);
-    }
+    // S = Q K^T for this tile (the pack's zero padding fills columns past Tk).
+    gemm<true>(live, kBk, d.D, q, d.Hq * d.D, kt + j0 * d.D, kBk, s, kBk, false);
+    softmax_tile(p, b, h, i0, live, j0, cols, kind, s, scratch.z.get(), state);
+    gemm(live, d.Dv, cols, s, kBk, vt + j0 * d.Dv, d.Dv, state.acc, d.Dv, true);  // acc += P V
   }
 }
 
@@ -180,40 +165,77 @@ void forward_tiled(const Problem<T>& p, T* out, T* lse) {
       const std::int64_t rows = std::min(kBq, d.Tq - i0);
       const std::int64_t live = live_rows(p, b, i0, rows);
       const std::int64_t head_kv = b * d.Hk + h / d.group();
-      const KeySource<T> head{kt.get() + head_kv * d.D * tk_pad,
-                              vt.get() + head_kv * d.Dv * tk_pad};
       state.reset(rows, d.Dv);
-      attend_keys(p, head, b, h, i0, live, 0, d.Tk, scratch, state);
+      attend_keys(p, kt.get() + head_kv * d.D * tk_pad, vt.get() + head_kv * d.Dv * tk_pad, b, h,
+                  i0, live, scratch, state);
       write_rows(d, b, h, i0, rows, live, state.acc, state.m, state.l, out, lse);
     }
   }
 }
 
-// Prefetches share h of Hq of the K and V rows [j_lo, j_hi) of batch b (all heads: contiguous
-// memory). Called once per head pass over the current tile, it brings the next tile in while
-// this one is computed.
+// q_i . k_j for the rows [0, live) of every head of batch b against keys [j0, j0 + cols), into
+// S [Hq * Tq, kBk] (row h * Tq + i). Key by key: the K rows of one key, all heads side by
+// side, are one contiguous run of Hk * D elements, so K streams through memory in order and the
+// hardware prefetchers follow it (head by head it would jump Hk * D elements per key, a page at
+// D = 128, Hk = 8, where they stop).
 template <class T>
-void prefetch_share(const Problem<T>& p, std::int64_t b, std::int64_t j_lo, std::int64_t j_hi,
-                    std::int64_t h) {
+void decode_scores(const Problem<T>& p, std::int64_t b, std::int64_t live, std::int64_t j0,
+                   std::int64_t cols, T* S) {
   const Dims& d = p.dims;
-  constexpr std::int64_t kLine = 64 / sizeof(T);
-  for (const auto& [base, width] : {std::pair{p.k, d.Hk * d.D}, std::pair{p.v, d.Hk * d.Dv}}) {
-    const T* begin = base + (b * d.Tk + j_lo) * width;
-    const std::int64_t length = (j_hi - j_lo) * width;
-    const std::int64_t share = (length + d.Hq - 1) / d.Hq;
-    const std::int64_t end = std::min(length, (h + 1) * share);
-    for (std::int64_t x = h * share; x < end; x += kLine) hwy::Prefetch(begin + x);
+  const hn::ScalableTag<T> dt;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(dt));
+  for (std::int64_t c = 0; c < cols; ++c) {
+    const T* k_row = p.k + (b * d.Tk + j0 + c) * d.Hk * d.D;
+    for (std::int64_t h = 0; h < d.Hq; ++h) {
+      const T* k = k_row + h / d.group() * d.D;
+      for (std::int64_t i = 0; i < live; ++i) {
+        const T* q = p.q + ((b * d.Tq + i) * d.Hq + h) * d.D;
+        // Four accumulators: the FMA chain of one dot product is D / (4 L) long.
+        auto acc0 = hn::Zero(dt), acc1 = hn::Zero(dt), acc2 = hn::Zero(dt), acc3 = hn::Zero(dt);
+        std::int64_t x = 0;
+        for (; x + 4 * L <= d.D; x += 4 * L) {
+          acc0 = hn::MulAdd(hn::LoadU(dt, q + x), hn::LoadU(dt, k + x), acc0);
+          acc1 = hn::MulAdd(hn::LoadU(dt, q + x + L), hn::LoadU(dt, k + x + L), acc1);
+          acc2 = hn::MulAdd(hn::LoadU(dt, q + x + 2 * L), hn::LoadU(dt, k + x + 2 * L), acc2);
+          acc3 = hn::MulAdd(hn::LoadU(dt, q + x + 3 * L), hn::LoadU(dt, k + x + 3 * L), acc3);
+        }
+        for (; x + L <= d.D; x += L)
+          acc0 = hn::MulAdd(hn::LoadU(dt, q + x), hn::LoadU(dt, k + x), acc0);
+        T sum = hn::GetLane(hn::SumOfLanes(dt, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
+        for (; x < d.D; ++x) sum += q[x] * k[x];
+        S[(h * d.Tq + i) * kBk + c] = sum;
+      }
+    }
   }
 }
 
-// Decode shapes (a few queries, many keys): the keys are split into chunks of kDecodeSplit, and
-// each (b, chunk) item folds its keys into a partial (m, l, acc) for every query row of every
-// head. Heads are the inner loop of each key tile, so the tile's K and V rows, whose heads lie
-// side by side in memory, stream in once in order (one head at a time would jump Hk * D
-// elements per key, across a page each time, and the prefetchers would not follow). The
-// partials are merged exactly, in chunk order:
-//   m = max_c m_c, l = sum_c l_c exp(m_c - m), acc = sum_c acc_c exp(m_c - m).
-// The split depends on Tk only, so the result is the same for any thread count.
+// acc [Hq * Tq, Dv] += P V for keys [j0, j0 + cols) of batch b (rows [0, live) of each head),
+// with P [Hq * Tq, kBk] as
+// decode_scores lays it out. Key by key, so V streams in order too.
+template <class T>
+void decode_values(const Problem<T>& p, std::int64_t b, std::int64_t live, std::int64_t j0,
+                   std::int64_t cols, const T* P, T* acc) {
+  const Dims& d = p.dims;
+  const hn::ScalableTag<T> dt;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(dt));
+  for (std::int64_t c = 0; c < cols; ++c) {
+    const T* v_row = p.v + (b * d.Tk + j0 + c) * d.Hk * d.Dv;
+    for (std::int64_t h = 0; h < d.Hq; ++h) {
+      const T* v = v_row + h / d.group() * d.Dv;
+      for (std::int64_t i = 0; i < live; ++i) {
+        const T weight = P[(h * d.Tq + i) * kBk + c];
+        T* a = acc + (h * d.Tq + i) * d.Dv;
+        const auto w = hn::Set(dt, weight);
+        std::int64_t x = 0;
+        for (; x + L <= d.Dv; x += L) {
+          hn::StoreU(hn::MulAdd(w, hn::LoadU(dt, v + x), hn::LoadU(dt, a + x)), dt, a + x);
+        }
+        for (; x < d.Dv; ++x) a[x] += weight * v[x];
+      }
+    }
+  }
+}
+
 template <class T>
 void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
   const Dims& d = p.dims;
@@ -236,11 +258,15 @@ void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
       const std::int64_t k_end = std::min((split + 1) * TileTraits::kDecodeSplit, d.Tk);
       state.reset(d.Hq * d.Tq, d.Dv);
       for (std::int64_t j0 = split * TileTraits::kDecodeSplit; j0 < k_end; j0 += kBk) {
+        const std::int64_t cols = std::min(kBk, k_end - j0);
+        const TileKind kind = classify(p.mask_mod, b, 0, live, j0, j0 + cols);
+        if (kind == TileKind::empty) continue;
+        decode_scores(p, b, live, j0, cols, scratch.s.get());
         for (std::int64_t h = 0; h < d.Hq; ++h) {
-          prefetch_share(p, b, std::min(j0 + kBk, k_end), std::min(j0 + 2 * kBk, k_end), h);
-          attend_keys(p, KeySource<T>{}, b, h, 0, live, j0, std::min(j0 + kBk, k_end), scratch,
-                      state.rows_from(h * d.Tq, d.Dv));
+          softmax_tile(p, b, h, 0, live, j0, cols, kind, scratch.s.get() + h * d.Tq * kBk,
+                       scratch.z.get(), state.rows_from(h * d.Tq, d.Dv));
         }
+        decode_values(p, b, live, j0, cols, scratch.s.get(), state.acc);
       }
       for (std::int64_t h = 0; h < d.Hq; ++h) {
         for (std::int64_t i = 0; i < d.Tq; ++i) {
@@ -284,7 +310,7 @@ void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
 template <class T>
 void forward_impl(const Problem<T>& p, T* out, T* lse) {
   const Dims& d = p.dims;
-  if (d.Tq <= TileTraits::kDecodeMaxQueries && d.Tk > TileTraits::kDecodeSplit) {
+  if (d.Tq <= TileTraits::kDecodeMaxQueries) {
     forward_split_keys(p, out, lse);
   } else {
     forward_tiled(p, out, lse);

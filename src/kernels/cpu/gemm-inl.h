@@ -101,36 +101,6 @@ HWY_INLINE void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* HW
   }
 }
 
-// S[r, c] = A[r, :] . B[c, :] for r < M, c < N (K elements each), with S's row stride lds: the
-// product A B^T read straight from B's rows. For decode, where each row of B (a key) is used by
-// a few rows of A only: transposing B first would cost more than the product, and its column
-// reads at a 4 KiB stride conflict in the cache.
-template <class T>
-HWY_INLINE void gemm_nt(std::int64_t M, std::int64_t N, std::int64_t K, const T* HWY_RESTRICT A,
-                        std::int64_t lda, const T* HWY_RESTRICT B, std::int64_t ldb,
-                        T* HWY_RESTRICT S, std::int64_t lds) {
-  const hn::ScalableTag<T> d;
-  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  for (std::int64_t c = 0; c < N; ++c) {
-    const T* b = B + c * ldb;
-    for (std::int64_t m = 0; m < M; ++m) {
-      const T* a = A + m * lda;
-      // Two accumulators halve the dependency chain of the FMAs.
-      auto acc0 = hn::Zero(d);
-      auto acc1 = hn::Zero(d);
-      std::int64_t k = 0;
-      for (; k + 2 * L <= K; k += 2 * L) {
-        acc0 = hn::MulAdd(hn::LoadU(d, a + k), hn::LoadU(d, b + k), acc0);
-        acc1 = hn::MulAdd(hn::LoadU(d, a + k + L), hn::LoadU(d, b + k + L), acc1);
-      }
-      for (; k + L <= K; k += L) acc0 = hn::MulAdd(hn::LoadU(d, a + k), hn::LoadU(d, b + k), acc0);
-      T sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
-      for (; k < K; ++k) sum += a[k] * b[k];
-      S[m * lds + c] = sum;
-    }
-  }
-}
-
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

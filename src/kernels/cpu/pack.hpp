@@ -10,11 +10,14 @@ namespace qkv::kernels::cpu {
 template <class T>
 void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t cols,
                      std::int64_t n_pad, T* dst) {
-  for (std::int64_t c = 0; c < cols; ++c) {
-    T* row = dst + c * n_pad;
-    for (std::int64_t j = 0; j < n; ++j) row[j] = src[j * ld + c];
-    for (std::int64_t j = n; j < n_pad; ++j) row[j] = T(0);
+  // Row by row: the reads run along src's rows, and the strided writes stay inside dst, which
+  // a tile keeps small enough for L1 (column by column, each read would jump ld elements, a
+  // page apart for K [T, 8, 128] f32).
+  for (std::int64_t j = 0; j < n; ++j) {
+    for (std::int64_t c = 0; c < cols; ++c) dst[c * n_pad + j] = src[j * ld + c];
   }
+  for (std::int64_t c = 0; c < cols; ++c)
+    std::fill(dst + c * n_pad + n, dst + (c + 1) * n_pad, T(0));
 }
 
 // One head's rows [0, n) (row stride ld, cols wide) cut into tiles of `tile` rows, each tile

@@ -7,6 +7,7 @@
 #define QKV_KERNELS_CPU_TILE_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -59,12 +60,21 @@ T score_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i
         }
       }
     }
+    std::int64_t keep_hi = cols;
     if (kind == TileKind::partial) {
-      for (std::int64_t c = 0; c < cols; ++c) {
-        if (!p.mask_mod(b, h, i, j0 + c)) s[c] = kNegInf;
+      // Lengths, causal and window keep one interval of keys per row (key_range of the row
+      // alone); only a keep-mask tensor needs the mask element by element.
+      const Range keys = key_range(p.mask_mod, b, i, i + 1);
+      const std::int64_t keep_lo = std::clamp<std::int64_t>(keys.lo - j0, 0, cols);
+      keep_hi = std::clamp<std::int64_t>(keys.hi - j0, keep_lo, cols);
+      std::fill(s, s + keep_lo, kNegInf);
+      if (p.mask_mod.keep) {
+        for (std::int64_t c = keep_lo; c < keep_hi; ++c) {
+          if (p.mask_mod.keep(b, h, i, j0 + c) == 0) s[c] = kNegInf;
+        }
       }
     }
-    for (std::int64_t c = cols; c < kBk; ++c) s[c] = kNegInf;
+    std::fill(s + keep_hi, s + kBk, kNegInf);
   }
   return deferred ? p.scale : T(1);
 }

@@ -6,12 +6,39 @@ namespace qkv::kernels::cpu {
 
 // Tile sizes of the fused kernels. kBlockK must be a multiple of the widest vector (16 f32 lanes
 // in AVX-512) so that row operations on a score tile need no tail.
-// TODO(bench): measured choice recorded in bench/README.md.
+//
+// How they were chosen (2-core Zen 3 VM, AVX2, 2 threads, 2026-11-23): each variant built as its
+// own library, then timed by a driver that alternates one attention call with a burst of FMA
+// chains on the same threads and reports the median of (attention GFLOP/s) / (burst GFLOP/s)
+// over 9 calls, which cancels the 2x swings of this shared host. B = 1, H = 8, forward:
+//
+//   kBlockQ x kBlockK   T=1024 D=64   T=4096 D=64 causal   T=2048 D=128
+//        32 x 64           0.63            0.61               0.69
+//        64 x 64           0.64            0.64               0.71
+//        64 x 128          0.66            0.63               0.60
+//       128 x 64           0.53            0.63               0.65
+//       128 x 128          0.64            0.58               0.70
+//        64 x 256          0.67            0.62               0.71
+//
+// and the backward at T = 2048 (D=64 / D=128 causal): 64 x 64 0.57 / 0.58, 32 x 64 0.61 / 0.57,
+// 64 x 128 0.65 / 0.52, 128 x 64 0.67 / 0.66, 128 x 128 0.62 / 0.55, with a spread of +-0.1
+// between calls. No variant is better beyond the noise, so 64 x 64 stays: the smallest scratch
+// (a 16 KiB score tile), whole 6-row register tiles but for a 4-row tail, and short causal
+// diagonals.
 struct TileTraits {
   static constexpr std::int64_t kBlockQ = 64;
   static constexpr std::int64_t kBlockK = 64;
-  // Decode: at most this many queries take the split-keys path, with chunks of this many keys.
+  // Decode: up to kDecodeMaxQueries queries take the split-keys path, which reads K and V once,
+  // key by key, with dot products instead of packed tiles. Same driver, Tk = 16384, D = 128,
+  // H = 8, split-keys / tiled: Tq = 1 0.096 / 0.011, 4 0.22 / 0.036, 16 0.22 / 0.14, 32 0.24 /
+  // 0.21 (D = 64, H = 32: 0.185 / 0.182), 64 0.24 / 0.35. The crossover is near 32; 16 keeps a
+  // clear margin.
   static constexpr std::int64_t kDecodeMaxQueries = 16;
+  // Keys per split, from `qkv bench --peak` decode rows (Tq = 1, D = 128, H = 8, GB/s of K and
+  // V, two runs each) with splits of 256 / 1024 / 4096: Tk = 4096: 12.3 12.0 / 12.3 13.7 /
+  // 7.5 6.6 (one split: one thread); Tk = 16384: 12.0 12.0 / 12.7 12.1 / 14.2 12.2; Tk = 65536:
+  // 14.2 13.4 / 11.4 12.0 / 12.8 12.3. Within the noise but for 4096's single split; 1024 gives
+  // 2 threads work from Tk = 2048 on and keeps the merge small.
   static constexpr std::int64_t kDecodeSplit = 1024;
   static_assert(kDecodeMaxQueries <= kBlockQ, "decode rows fit one q-block");
   static_assert(kDecodeSplit % kBlockK == 0, "decode chunks hold whole k-blocks");
