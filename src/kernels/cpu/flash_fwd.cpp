@@ -173,20 +173,26 @@ void forward_tiled(const Problem<T>& p, T* out, T* lse) {
   }
 }
 
-// q_i . k_j for the rows [0, live) of every head of batch b against keys [j0, j0 + cols), into
-// S [Hq * Tq, kBk] (row h * Tq + i). Key by key: the K rows of one key, all heads side by
-// side, are one contiguous run of Hk * D elements, so K streams through memory in order and the
-// hardware prefetchers follow it (head by head it would jump Hk * D elements per key, a page at
-// D = 128, Hk = 8, where they stop).
+// The query heads [lo, hi) of one decode item: whole GQA groups, so whole k/v heads.
+struct HeadRange {
+  std::int64_t lo = 0;
+  std::int64_t hi = 0;
+};
+
+// q_i . k_j for the rows [0, live) of the heads in `heads` of batch b against keys [j0, j0 +
+// cols), into S [Hq * Tq, kBk] (row h * Tq + i). Key by key: the K rows of one key, all heads
+// side by side, are one contiguous run, so K streams through memory in order and the hardware
+// prefetchers follow it (head by head it would jump Hk * D elements per key, a page at D = 128,
+// Hk = 8, where they stop).
 template <class T>
-void decode_scores(const Problem<T>& p, std::int64_t b, std::int64_t live, std::int64_t j0,
-                   std::int64_t cols, T* S) {
+void decode_scores(const Problem<T>& p, std::int64_t b, HeadRange heads, std::int64_t live,
+                   std::int64_t j0, std::int64_t cols, T* S) {
   const Dims& d = p.dims;
   const hn::ScalableTag<T> dt;
   const auto L = static_cast<std::int64_t>(hn::Lanes(dt));
   for (std::int64_t c = 0; c < cols; ++c) {
     const T* k_row = p.k + (b * d.Tk + j0 + c) * d.Hk * d.D;
-    for (std::int64_t h = 0; h < d.Hq; ++h) {
+    for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
       const T* k = k_row + h / d.group() * d.D;
       for (std::int64_t i = 0; i < live; ++i) {
         const T* q = p.q + ((b * d.Tq + i) * d.Hq + h) * d.D;
@@ -209,18 +215,18 @@ void decode_scores(const Problem<T>& p, std::int64_t b, std::int64_t live, std::
   }
 }
 
-// acc [Hq * Tq, Dv] += P V for keys [j0, j0 + cols) of batch b (rows [0, live) of each head),
-// with P [Hq * Tq, kBk] as
-// decode_scores lays it out. Key by key, so V streams in order too.
+// acc [Hq * Tq, Dv] += P V for keys [j0, j0 + cols) of batch b (rows [0, live) of the heads in
+// `heads`), with P [Hq * Tq, kBk] as decode_scores lays it out. Key by key, so V streams in
+// order too.
 template <class T>
-void decode_values(const Problem<T>& p, std::int64_t b, std::int64_t live, std::int64_t j0,
-                   std::int64_t cols, const T* P, T* acc) {
+void decode_values(const Problem<T>& p, std::int64_t b, HeadRange heads, std::int64_t live,
+                   std::int64_t j0, std::int64_t cols, const T* P, T* acc) {
   const Dims& d = p.dims;
   const hn::ScalableTag<T> dt;
   const auto L = static_cast<std::int64_t>(hn::Lanes(dt));
   for (std::int64_t c = 0; c < cols; ++c) {
     const T* v_row = p.v + (b * d.Tk + j0 + c) * d.Hk * d.Dv;
-    for (std::int64_t h = 0; h < d.Hq; ++h) {
+    for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
       const T* v = v_row + h / d.group() * d.Dv;
       for (std::int64_t i = 0; i < live; ++i) {
         const T weight = P[(h * d.Tq + i) * kBk + c];
@@ -245,30 +251,45 @@ void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
   auto part_l = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits));
   auto part_acc = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits * d.Dv));
   // Partial state of (b, h, i) for split c, at index ((b * Hq + h) * Tq + i) * splits + c.
-  const std::int64_t items = d.B * splits;
+  // Fewer (batch, split) pairs than threads (short caches, B = 1) would leave threads idle: then
+  // the k/v heads are dealt out too, in as few groups as give every thread an item. No more
+  // than that: a group reads only its share of each key's row, and the gaps cost bandwidth (Tq =
+  // 1, Tk = 4096, D = 128, H = 8, 2 threads: 13.7-14.4 GB/s in 4 items of all heads, 8.3 GB/s
+  // in 8 items of half the heads; Tk = 1024: 9.6-10.6 GB/s in 2 groups, ~7 in 1 item). A
+  // partial's arithmetic does not depend on which item computes it, so neither do the results.
+  constexpr std::int64_t kItemsPerThread = 1;
+  const std::int64_t want_groups =
+      (kItemsPerThread * omp_get_max_threads() + d.B * splits - 1) / (d.B * splits);
+  const std::int64_t kv_per_group =
+      (d.Hk + std::min(want_groups, d.Hk) - 1) / std::min(want_groups, d.Hk);
+  const std::int64_t groups = (d.Hk + kv_per_group - 1) / kv_per_group;
+  const std::int64_t items = d.B * splits * groups;
 #pragma omp parallel
   {
     ForwardScratch<T> scratch(d.Hq * d.Tq, d.Dv);  // rows h * Tq + i
     const SoftmaxState<T> state = scratch.state();
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
-      const std::int64_t split = item % splits;
-      const std::int64_t b = item / splits;
+      const std::int64_t group = item % groups;
+      const std::int64_t split = item / groups % splits;
+      const std::int64_t b = item / groups / splits;
+      const HeadRange heads{group * kv_per_group * d.group(),
+                            std::min((group + 1) * kv_per_group, d.Hk) * d.group()};
       const std::int64_t live = live_rows(p, b, 0, d.Tq);
       const std::int64_t k_end = std::min((split + 1) * TileTraits::kDecodeSplit, d.Tk);
-      state.reset(d.Hq * d.Tq, d.Dv);
+      state.rows_from(heads.lo * d.Tq, d.Dv).reset((heads.hi - heads.lo) * d.Tq, d.Dv);
       for (std::int64_t j0 = split * TileTraits::kDecodeSplit; j0 < k_end; j0 += kBk) {
         const std::int64_t cols = std::min(kBk, k_end - j0);
         const TileKind kind = classify(p.mask_mod, b, 0, live, j0, j0 + cols);
         if (kind == TileKind::empty) continue;
-        decode_scores(p, b, live, j0, cols, scratch.s.get());
-        for (std::int64_t h = 0; h < d.Hq; ++h) {
+        decode_scores(p, b, heads, live, j0, cols, scratch.s.get());
+        for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
           softmax_tile(p, b, h, 0, live, j0, cols, kind, scratch.s.get() + h * d.Tq * kBk,
                        scratch.z.get(), state.rows_from(h * d.Tq, d.Dv));
         }
-        decode_values(p, b, live, j0, cols, scratch.s.get(), state.acc);
+        decode_values(p, b, heads, live, j0, cols, scratch.s.get(), state.acc);
       }
-      for (std::int64_t h = 0; h < d.Hq; ++h) {
+      for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
         for (std::int64_t i = 0; i < d.Tq; ++i) {
           const std::int64_t at = ((b * d.Hq + h) * d.Tq + i) * splits + split;
           part_m[at] = state.m[h * d.Tq + i];
