@@ -93,6 +93,7 @@ struct WriteEntry {
 struct WritePlan {
   std::string prefix;  // the 8 length bytes and the padded header
   std::vector<WriteEntry> entries;
+  std::uint64_t data_bytes = 0;
 };
 
 // tensors: any shapes, dtypes and strides.
@@ -106,6 +107,7 @@ WritePlan plan_write(const NamedTensors& tensors, const SafetensorsMetadata& met
     const auto bytes = static_cast<std::uint64_t>(tensor.numel()) * dtype_size(tensor.dtype());
     plan.entries.push_back({&name, &tensor, bytes});
   }
+  // The map gives name order; the stable sort keeps it among tensors of one element size.
   std::stable_sort(plan.entries.begin(), plan.entries.end(),
                    [](const WriteEntry& a, const WriteEntry& b) {
                      return dtype_size(a.tensor->dtype()) > dtype_size(b.tensor->dtype());
@@ -113,12 +115,11 @@ WritePlan plan_write(const NamedTensors& tensors, const SafetensorsMetadata& met
 
   OrderedJson header = OrderedJson::object();
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
-  std::uint64_t offset = 0;
   for (const WriteEntry& e : plan.entries) {
     header[*e.name] = {{"dtype", std::string(safetensors_name(e.tensor->dtype()))},
                        {"shape", e.tensor->shape()},
-                       {"data_offsets", {offset, offset + e.bytes}}};
-    offset += e.bytes;
+                       {"data_offsets", {plan.data_bytes, plan.data_bytes + e.bytes}}};
+    plan.data_bytes += e.bytes;
   }
   std::string text;
   try {
@@ -351,6 +352,7 @@ std::vector<std::byte> serialize_safetensors(const NamedTensors& tensors,
                                              const SafetensorsMetadata& metadata) {
   const WritePlan plan = plan_write(tensors, metadata);
   std::vector<std::byte> out;
+  out.reserve(plan.prefix.size() + plan.data_bytes);
   write_plan(plan, [&out](const void* data, std::size_t bytes) {
     const auto* p = static_cast<const std::byte*>(data);
     out.insert(out.end(), p, p + bytes);
