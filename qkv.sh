@@ -12,6 +12,7 @@ packages=(
   g++ cmake ninja-build
   libgtest-dev libbenchmark-dev
   libhwy-dev libcli11-dev nlohmann-json3-dev libpng-dev
+  libblis-dev
 )
 
 setup() {

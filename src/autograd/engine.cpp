@@ -56,14 +56,6 @@ Node::~Node() {
   }
 }
 
-bool any_requires_grad(std::initializer_list<const Var*> inputs) {
-  if (!grad_mode) return false;
-  for (const Var* v : inputs) {
-    if (v->defined() && v->requires_grad()) return true;
-  }
-  return false;
-}
-
 Var record(Tensor value, const std::vector<Var>& inputs, BackwardFn backward) {
   auto node = std::make_shared<Node>();
   node->value = std::move(value);
@@ -127,6 +119,13 @@ void Var::backward(const Tensor& seed) const {
                 seed.defined() ? seed.describe() : "an undefined tensor");
   }
   const std::vector<detail::Node*> order = detail::reverse_topological(node_.get());
+  // A backward that throws must not leave partial sums behind for the next pass.
+  struct ClearPending {
+    const std::vector<detail::Node*>& nodes;
+    ~ClearPending() {
+      for (detail::Node* node : nodes) node->pending = Tensor();
+    }
+  } clear_pending{order};
   node_->pending = seed;
   for (detail::Node* node : order) {
     const Tensor g = std::move(node->pending);

@@ -35,7 +35,4 @@ struct Node {
 Var record(Tensor value, std::initializer_list<const Var*> inputs, BackwardFn backward);
 Var record(Tensor value, const std::vector<Var>& inputs, BackwardFn backward);
 
-// Whether the op needs to record anything for these inputs.
-bool any_requires_grad(std::initializer_list<const Var*> inputs);
-
 }  // namespace qkv::autograd::detail
