@@ -220,6 +220,28 @@ INSTANTIATE_TEST_SUITE_P(EveryOption, AttentionTwoWays, ::testing::ValuesIn(bloc
                            return std::to_string(info.index) + "_" + name;
                          });
 
+// The comparison above can fail: options that differ only in the dropout seed, or in the causal
+// alignment when Tq != Tk, give gradients far apart.
+TEST(AttentionTwoWaysSensitivity, MismatchedOptionsDisagree) {
+  BlockCase a;
+  a.name = "dropout seed 11 against 12";
+  a.options.dropout_p = 0.3, a.options.seed = 11;
+  BlockCase b = a;
+  b.options.seed = 12;
+  BlockCase c;
+  c.name = "causal top_left against bottom_right";
+  c.cross = true, c.Tq = 4, c.Tk = 7, c.bias_shape = {};
+  c.options.causal = Causal::top_left;
+  BlockCase d = c;
+  d.options.causal = Causal::bottom_right;
+  for (const auto& [one, other] : {std::pair{a, b}, std::pair{c, d}}) {
+    SCOPED_TRACE(one.describe() + " / " + other.describe());
+    const Block primitive = run_block(one, &ag::attention);
+    const Block decomposed = run_block(other, &ag::attention_decomposed);
+    EXPECT_GT(relative_difference(primitive.params[0].grad(), decomposed.params[0].grad()), 1e-3);
+  }
+}
+
 // Both forms against finite differences on q, k, v and the bias directly, every option on.
 TEST(AttentionGradcheck, BothFormsMatchFiniteDifferences) {
   AttentionOptions o;
