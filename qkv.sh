@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   libhwy-dev libcli11-dev nlohmann-json3-dev libpng-dev
   python3 python3-venv
+  libblis-dev
 )
 
 setup() {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "qkv/attention.hpp"
+#include "qkv/autograd.hpp"
 #include "qkv/dtype.hpp"
 #include "qkv/error.hpp"
 #include "qkv/half.hpp"

@@ -1,0 +1,103 @@
+#pragma once
+
+// Tensor arithmetic the ops are written in: plain functions of tensors (no graph), f32 or f64,
+// returning fresh contiguous tensors.
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "qkv/error.hpp"
+#include "qkv/tensor.hpp"
+
+namespace qkv::autograd::kernels {
+
+// Throws unless x is defined and f32 or f64.
+void expect_floating(const Tensor& x, const char* argument);
+// Throws unless b has a's dtype.
+void expect_same_dtype(const Tensor& a, const Tensor& b, const char* argument);
+// The dimension d (negative counts from the end) of a rank-`rank` tensor, or throws.
+std::int64_t wrap_dim(std::int64_t d, std::int64_t rank, const char* argument);
+
+// Calls fn(T{}) with T the C++ type of dtype (float or double).
+template <class Fn>
+decltype(auto) dispatch(DType dtype, Fn&& fn) {
+  if (dtype == DType::f64) return fn(double{});
+  return fn(float{});
+}
+
+// The numpy broadcast of a and b (named `argument_b` in the error).
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* argument_b);
+// g [broadcast of shape] -> [shape]: the sum over the dimensions shape was broadcast along.
+Tensor sum_to(const Tensor& g, const Shape& shape);
+// x broadcast to shape, contiguous.
+Tensor broadcast_to(const Tensor& x, const Shape& shape);
+
+// a + b, same shape and dtype.
+Tensor add(const Tensor& a, const Tensor& b);
+
+// fn(x_i) for every element, contiguous.
+template <class Fn>
+Tensor map(const Tensor& x, Fn&& fn) {
+  return dispatch(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const Tensor xc = x.contiguous();
+    Tensor out = Tensor::empty(x.shape(), x.dtype());
+    const T* in = xc.data_as<T>();
+    T* o = out.data_as<T>();
+    for (std::int64_t n = 0; n < x.numel(); ++n) o[n] = static_cast<T>(fn(in[n]));
+    return out;
+  });
+}
+
+// fn(a_i, b_i) over a and b of one shape and dtype, contiguous.
+template <class Fn>
+Tensor zip(const Tensor& a, const Tensor& b, Fn&& fn) {
+  return dispatch(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const Tensor ac = a.contiguous();
+    const Tensor bc = b.contiguous();
+    Tensor out = Tensor::empty(a.shape(), a.dtype());
+    const T* pa = ac.data_as<T>();
+    const T* pb = bc.data_as<T>();
+    T* o = out.data_as<T>();
+    for (std::int64_t n = 0; n < a.numel(); ++n) o[n] = static_cast<T>(fn(pa[n], pb[n]));
+    return out;
+  });
+}
+
+// fn(a_i, b_i, c_i) over three tensors of one shape and dtype, contiguous.
+template <class Fn>
+Tensor zip3(const Tensor& a, const Tensor& b, const Tensor& c, Fn&& fn) {
+  return dispatch(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const Tensor ac = a.contiguous();
+    const Tensor bc = b.contiguous();
+    const Tensor cc = c.contiguous();
+    Tensor out = Tensor::empty(a.shape(), a.dtype());
+    const T* pa = ac.data_as<T>();
+    const T* pb = bc.data_as<T>();
+    const T* pc = cc.data_as<T>();
+    T* o = out.data_as<T>();
+    for (std::int64_t n = 0; n < a.numel(); ++n) o[n] = static_cast<T>(fn(pa[n], pb[n], pc[n]));
+    return out;
+  });
+}
+
+// A tensor seen as [outer, n, inner] around dimension dim: element (o, j, i) is at
+// (o * n + j) * inner + i of the contiguous tensor.
+struct Lanes {
+  std::int64_t outer = 1, n = 1, inner = 1;
+};
+Lanes lanes(const Shape& shape, std::int64_t dim);
+
+// Row-major C = A B with op(A) [M, K], op(B) [K, N] (op transposes when asked); lda, ldb, ldc
+// are the row strides of A, B and C as stored. C is overwritten. Through the BLAS.
+void gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
+          const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float* C,
+          std::int64_t ldc);
+void gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
+          const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double* C,
+          std::int64_t ldc);
+
+}  // namespace qkv::autograd::kernels

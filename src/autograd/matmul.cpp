@@ -1,0 +1,100 @@
+// matmul and batched matmul, through the BLAS.
+#include <vector>
+
+#include "autograd/kernels.hpp"
+#include "autograd/node.hpp"
+#include "qkv/autograd/ops.hpp"
+
+namespace qkv::autograd {
+namespace {
+
+std::int64_t numel_of(const Shape& shape) {
+  std::int64_t n = 1;
+  for (const std::int64_t s : shape) n *= s;
+  return n;
+}
+
+// a [P, M, K] (or its transpose per flag), b likewise, both contiguous -> c [P, M, N]: one gemm
+// per batch entry. b_batched false: one b [K, N] for every batch entry.
+template <class T>
+void batched_gemm(bool ta, bool tb, std::int64_t P, std::int64_t M, std::int64_t N, std::int64_t K,
+                  const T* a, const T* b, bool b_batched, T* c) {
+  const std::int64_t lda = ta ? M : K;
+  const std::int64_t ldb = tb ? K : N;
+  for (std::int64_t p = 0; p < P; ++p) {
+    kernels::gemm(ta, tb, M, N, K, a + p * M * K, lda, b + (b_batched ? p * K * N : 0), ldb,
+                  c + p * M * N, N);
+  }
+}
+
+}  // namespace
+
+// a [..., M, K], b [..., K, N] -> [..., M, N]
+Var matmul(const Var& a, const Var& b) {
+  kernels::expect_floating(a.value(), "a");
+  kernels::expect_floating(b.value(), "b");
+  kernels::expect_same_dtype(a.value(), b.value(), "b");
+  if (a.dim() < 2) throw Error("a", "at least 2 dimensions [..., M, K]", a.value().describe());
+  if (b.dim() < 2) throw Error("b", "at least 2 dimensions [..., K, N]", b.value().describe());
+  const std::int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  if (b.size(-2) != K) {
+    throw Error("b", std::to_string(K) + " rows (the columns of a " + shape_string(a.shape()) + ")",
+                shape_string(b.shape()));
+  }
+  const Shape a_batch(a.shape().begin(), a.shape().end() - 2);
+  const Shape b_batch(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch = kernels::broadcast_shapes(a_batch, b_batch, "b");
+  const std::int64_t P = numel_of(batch);
+  Shape out_shape = batch;
+  out_shape.push_back(M);
+  out_shape.push_back(N);
+  Shape a_full = batch, b_full = batch;
+  a_full.insert(a_full.end(), {M, K});
+  b_full.insert(b_full.end(), {K, N});
+  // A shared b [K, N] (a linear layer) multiplies all of a as one [P * M, K] matrix.
+  const bool shared_b = numel_of(b_batch) == 1 && a_batch == batch;
+  const DType dtype = a.dtype();
+
+  const Tensor av = kernels::broadcast_to(a.value(), a_full);
+  const Tensor bv =
+      shared_b ? b.value().reshape({K, N}).contiguous() : kernels::broadcast_to(b.value(), b_full);
+  Tensor out = Tensor::empty(out_shape, dtype);
+  kernels::dispatch(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    // out[p] = a[p] @ b[p]
+    if (shared_b) {
+      kernels::gemm(false, false, P * M, N, K, av.data_as<T>(), K, bv.data_as<T>(), N,
+                    out.data_as<T>(), N);
+    } else {
+      batched_gemm<T>(false, false, P, M, N, K, av.data_as<T>(), bv.data_as<T>(), true,
+                      out.data_as<T>());
+    }
+  });
+
+  const Shape a_shape = a.shape(), b_shape = b.shape();
+  return detail::record(std::move(out), {&a, &b}, [=](const Tensor& dout) {
+    const Tensor g = dout.contiguous();
+    Tensor da = Tensor::empty(a_full, dtype);
+    Tensor db = Tensor::empty(shared_b ? Shape{K, N} : b_full, dtype);
+    kernels::dispatch(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      if (shared_b) {
+        // out = a @ b with a as [P * M, K]: da = dout @ b^T, db = a^T @ dout
+        kernels::gemm(false, true, P * M, K, N, g.data_as<T>(), N, bv.data_as<T>(), N,
+                      da.data_as<T>(), K);
+        kernels::gemm(true, false, K, N, P * M, av.data_as<T>(), K, g.data_as<T>(), N,
+                      db.data_as<T>(), N);
+      } else {
+        // out[p] = a[p] @ b[p]: da[p] = dout[p] @ b[p]^T, db[p] = a[p]^T @ dout[p]
+        batched_gemm<T>(false, true, P, M, K, N, g.data_as<T>(), bv.data_as<T>(), true,
+                        da.data_as<T>());
+        batched_gemm<T>(true, false, P, K, N, M, av.data_as<T>(), g.data_as<T>(), true,
+                        db.data_as<T>());
+      }
+    });
+    return std::vector<Tensor>{kernels::sum_to(da, a_shape),
+                               kernels::sum_to(db.reshape(shared_b ? b_shape : b_full), b_shape)};
+  });
+}
+
+}  // namespace qkv::autograd
