@@ -2,7 +2,7 @@
 # qkv's one entry point on a fresh Debian 12 machine (as root):
 #   ./qkv.sh demo    install what is missing, build, run the main job
 #   ./qkv.sh test    install what is missing, build, run the whole test suite
-#   ./qkv.sh setup   only install the Debian packages that are missing
+#   ./qkv.sh setup   only install what is missing: Debian packages, the tests' Python venv
 # Every step skips what is already done: packages present, build trees configured.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   libhwy-dev libcli11-dev nlohmann-json3-dev libpng-dev
   libblis-dev
+  python3 python3-venv
 )
 
 setup() {
@@ -29,6 +30,25 @@ setup() {
     "${sudo[@]}" apt-get update -q
     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends \
       "${missing[@]}"
+  fi
+}
+
+# build/venv: Python with tests/requirements.txt (safetensors, numpy) for test_safetensors_python.
+# The stamp holds the hash of the requirements last installed, so a second run costs one import.
+setup_python() {
+  local venv=build/venv requirements=tests/requirements.txt
+  local stamp=build/venv/requirements.sha256
+  if ! "$venv/bin/python" -c 'import pip' >/dev/null 2>&1; then
+    echo "qkv.sh: creating $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+  fi
+  local hash
+  hash=$(sha256sum "$requirements" | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
+    echo "qkv.sh: installing $requirements into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
+    echo "$hash" >"$stamp"
   fi
 }
 
@@ -50,6 +70,7 @@ demo() {
 
 run_tests() {
   setup
+  setup_python
   build release
   ctest --preset release
   # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer: bad input must never
@@ -61,7 +82,10 @@ run_tests() {
 case "${1:-}" in
   demo) demo ;;
   test) run_tests ;;
-  setup) setup ;;
+  setup)
+    setup
+    setup_python
+    ;;
   *)
     echo "usage: ./qkv.sh demo | test | setup" >&2
     exit 2

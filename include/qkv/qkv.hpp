@@ -6,6 +6,7 @@
 #include "qkv/error.hpp"
 #include "qkv/half.hpp"
 #include "qkv/philox.hpp"
+#include "qkv/safetensors.hpp"
 #include "qkv/system.hpp"
 #include "qkv/tensor.hpp"
 #include "qkv/version.hpp"
