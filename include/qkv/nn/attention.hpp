@@ -37,8 +37,10 @@ struct AttentionCall {
 };
 
 struct AttentionResult {
-  Var out;         // [B, Tq, E]
-  Tensor weights;  // need_weights: [B, Tq, Tk] averaged over heads, else [B, Hq, Tq, Tk]
+  Var out;  // [B, Tq, E]
+  // need_weights: [B, Tq, Tk] averaged over heads, else [B, Hq, Tq, Tk]; before dropout (PyTorch
+  // returns them after it in training mode).
+  Tensor weights;
 };
 
 // PyTorch's nn.MultiheadAttention, batch-first, with grouped-query heads, RoPE and ALiBi.
