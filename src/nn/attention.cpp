@@ -93,6 +93,8 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionConfig& config, G
   seed_ = draw_seed(generator);
 }
 
+// call.key_padding_mask [B, Tk], call.attn_mask [Tq, Tk] or [B * H, Tq, Tk] -> options.mask
+// [B, 1 or H, Tq, Tk] (and options.bias, the same shape, for a floating attn_mask)
 AttentionOptions attention_options(const AttentionCall& call, std::int64_t batch,
                                    std::int64_t num_heads, std::int64_t query_length,
                                    std::int64_t key_length, DType dtype) {

@@ -17,8 +17,9 @@ namespace qkv::nn {
 
 namespace {
 
-// Calls update(n, p, g) for every element n of the parameter, with p its value (written back in
-// the parameter's dtype) and g its gradient, both as double.
+// parameter [...] with its gradient [...]. Calls update(n, p, g) for every element n of the
+// parameter, with p its value (written back in the parameter's dtype) and g its gradient, both as
+// double.
 template <class Update>
 void update_elements(const Var& parameter, Update update) {
   const Tensor grad = parameter.grad().contiguous();
