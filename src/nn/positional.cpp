@@ -95,6 +95,15 @@ std::vector<double> alibi_slopes(std::int64_t num_heads) {
 
 std::int64_t relative_position_bucket(std::int64_t relative_position, bool bidirectional,
                                       std::int64_t num_buckets, std::int64_t max_distance) {
+  // At least one exact bucket per direction, and a logarithmic range beyond it.
+  const std::int64_t minimum = bidirectional ? 4 : 2;
+  if (num_buckets < minimum) {
+    throw Error("num_buckets", ">= " + std::to_string(minimum), std::to_string(num_buckets));
+  }
+  if (max_distance <= num_buckets / minimum) {
+    throw Error("max_distance", "> " + std::to_string(num_buckets / minimum),
+                std::to_string(max_distance));
+  }
   std::int64_t bucket = 0;
   std::int64_t n = relative_position;
   if (bidirectional) {
@@ -123,7 +132,7 @@ RelativePositionBias::RelativePositionBias(std::int64_t num_buckets, std::int64_
       max_distance_(max_distance),
       num_heads_(num_heads),
       bidirectional_(bidirectional) {
-  if (num_buckets < 2) throw Error("num_buckets", ">= 2", std::to_string(num_buckets));
+  relative_position_bucket(0, bidirectional, num_buckets, max_distance);  // validates both
   if (num_heads <= 0) throw Error("num_heads", "> 0", std::to_string(num_heads));
   weight_ = Var(Tensor::randn({num_buckets, num_heads}, generator, dtype), true);
   register_parameter("weight", weight_);

@@ -143,6 +143,8 @@ TEST(T5Bucket, MatchesValuesComputedByHand) {
   EXPECT_EQ(nn::relative_position_bucket(-5, false, 32, 128), 5);
   EXPECT_EQ(nn::relative_position_bucket(-20, false, 32, 128), 17);
   EXPECT_EQ(nn::relative_position_bucket(-1000, false, 32, 128), 31);
+  EXPECT_THROW(nn::relative_position_bucket(1, true, 2, 128), Error);   // no exact bucket
+  EXPECT_THROW(nn::relative_position_bucket(1, false, 32, 16), Error);  // nothing logarithmic
 }
 
 TEST(T5Bias, LooksUpTheTableAndLearnsThroughThePrimitive) {
