@@ -1,0 +1,76 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "qkv/attention.hpp"
+#include "qkv/nn/layers.hpp"
+#include "qkv/nn/module.hpp"
+
+namespace qkv::nn {
+
+enum class PositionEncoding : std::uint8_t { none, rope, alibi };
+
+struct MultiheadAttentionConfig {
+  std::int64_t embed_dim = 0;
+  std::int64_t num_heads = 1;
+  std::int64_t num_kv_heads = 0;  // 0: num_heads; fewer: grouped-query attention
+  std::int64_t kdim = 0;          // 0: embed_dim
+  std::int64_t vdim = 0;          // 0: embed_dim
+  bool bias = true;
+  double dropout = 0.0;  // on the attention weights, in training mode
+  PositionEncoding position = PositionEncoding::none;
+  double rope_base = 10000.0;
+  DType dtype = DType::f32;
+};
+
+struct AttentionCall {
+  // [B, Tk] boolean, true = padded (ignored), as PyTorch.
+  Tensor key_padding_mask;
+  // [Tq, Tk] or [B * num_heads, Tq, Tk]: boolean, true = NOT allowed (as PyTorch), or floating,
+  // added to the scores (-inf entries disallow).
+  Tensor attn_mask;
+  bool is_causal = false;  // top-left: query i sees keys j <= i
+  Var position_bias;       // a learned bias broadcastable to [B, Hq, Tq, Tk] (T5), or undefined
+  bool need_weights = false;
+  bool average_attn_weights = true;
+};
+
+struct AttentionResult {
+  Var out;  // [B, Tq, E]
+  // need_weights: [B, Tq, Tk] averaged over heads, else [B, Hq, Tq, Tk]; before dropout (PyTorch
+  // returns them after it in training mode).
+  Tensor weights;
+};
+
+// PyTorch's nn.MultiheadAttention, batch-first, with grouped-query heads, RoPE and ALiBi.
+// Parameters: "in_proj_weight" [E + 2 Hk D, E] and "in_proj_bias" when kdim = vdim = E and
+// Hk = Hq, else "q_proj_weight" [E, E], "k_proj_weight" [Hk D, kdim], "v_proj_weight"
+// [Hk D, vdim] (and "in_proj_bias" [E + 2 Hk D]); "out_proj.weight", "out_proj.bias".
+// Initialized as PyTorch: projections xavier_uniform_, in_proj_bias and out_proj.bias 0,
+// out_proj.weight as a Linear. Attention runs through the autograd attention primitive (the
+// fused kernel and its backward).
+class MultiheadAttention : public Module {
+ public:
+  MultiheadAttention(const MultiheadAttentionConfig& config, Generator& generator);
+  // query [B, Tq, E], key [B, Tk, kdim], value [B, Tk, vdim] -> out [B, Tq, E]
+  AttentionResult forward(const Var& query, const Var& key, const Var& value,
+                          const AttentionCall& call = {});
+  const MultiheadAttentionConfig& config() const noexcept { return config_; }
+
+ private:
+  MultiheadAttentionConfig config_;
+  std::int64_t head_dim_;
+  bool packed_;
+  Var in_proj_weight_, q_proj_weight_, k_proj_weight_, v_proj_weight_, in_proj_bias_;
+  Linear out_proj_;
+  std::uint64_t seed_, calls_ = 0;
+};
+
+// The score mask and bias of a call, in qkv's terms: keep-mask (true keeps) [B or 1, Hq or 1,
+// Tq, Tk] and additive bias, from PyTorch's conventions. Exposed for the tests.
+AttentionOptions attention_options(const AttentionCall& call, std::int64_t batch,
+                                   std::int64_t num_heads, std::int64_t query_length,
+                                   std::int64_t key_length, DType dtype);
+
+}  // namespace qkv::nn

@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstdint>
+
+#include "qkv/nn/attention.hpp"
+#include "qkv/nn/layers.hpp"
+#include "qkv/nn/module.hpp"
+
+namespace qkv::nn {
+
+struct TransformerLayerConfig {
+  std::int64_t d_model = 0;
+  std::int64_t nhead = 1;
+  std::int64_t dim_feedforward = 2048;
+  double dropout = 0.1;
+  Activation activation = Activation::relu;
+  double layer_norm_eps = 1e-5;
+  bool norm_first = false;  // true: pre-norm; false: post-norm (PyTorch's default)
+  bool bias = true;
+  DType dtype = DType::f32;
+};
+
+// PyTorch's nn.TransformerEncoderLayer (batch_first): parameters "self_attn.*", "linear1.*",
+// "linear2.*", "norm1.*", "norm2.*".
+//   norm_first:  x = x + sa(norm1(x));  x = x + ff(norm2(x))
+//   otherwise:   x = norm1(x + sa(x));  x = norm2(x + ff(x))
+class TransformerEncoderLayer : public Module {
+ public:
+  TransformerEncoderLayer(const TransformerLayerConfig& config, Generator& generator);
+  // src [B, T, E] -> [B, T, E]; call: src_mask / src_key_padding_mask / is_causal
+  Var forward(const Var& src, const AttentionCall& call = {});
+
+ private:
+  TransformerLayerConfig config_;
+  MultiheadAttention self_attn_;
+  FeedForward ff_;
+  LayerNorm norm1_, norm2_;
+  Dropout dropout1_, dropout2_;
+};
+
+// PyTorch's nn.TransformerDecoderLayer (batch_first): "self_attn.*", "multihead_attn.*",
+// "linear1.*", "linear2.*", "norm1.*", "norm2.*", "norm3.*".
+//   norm_first:  x = x + sa(norm1(x));  x = x + mha(norm2(x), memory);  x = x + ff(norm3(x))
+//   otherwise:   x = norm1(x + sa(x));  x = norm2(x + mha(x, memory));  x = norm3(x + ff(x))
+class TransformerDecoderLayer : public Module {
+ public:
+  TransformerDecoderLayer(const TransformerLayerConfig& config, Generator& generator);
+  // tgt [B, T, E], memory [B, S, E] -> [B, T, E]
+  Var forward(const Var& tgt, const Var& memory, const AttentionCall& tgt_call = {},
+              const AttentionCall& memory_call = {});
+
+ private:
+  TransformerLayerConfig config_;
+  MultiheadAttention self_attn_, multihead_attn_;
+  FeedForward ff_;
+  LayerNorm norm1_, norm2_, norm3_;
+  Dropout dropout1_, dropout2_, dropout3_;
+};
+
+}  // namespace qkv::nn

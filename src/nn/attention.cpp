@@ -1,0 +1,225 @@
+// nn.MultiheadAttention on the autograd attention primitive: projections, heads, PyTorch's masks
+// mapped to qkv's keep-mask and bias, RoPE and ALiBi, and the weights for inspection.
+#include "qkv/nn/attention.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "qkv/error.hpp"
+#include "qkv/nn/positional.hpp"
+
+namespace qkv::nn {
+
+namespace ag = autograd;
+
+namespace {
+
+std::string str(std::int64_t n) { return std::to_string(n); }
+
+// xavier_uniform_ on a [fan_out, fan_in] weight.
+Var xavier_parameter(std::int64_t fan_out, std::int64_t fan_in, Generator& generator, DType dtype) {
+  const double bound = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+  return uniform_parameter({fan_out, fan_in}, bound, generator, dtype);
+}
+
+MultiheadAttentionConfig resolved(MultiheadAttentionConfig c) {
+  if (c.embed_dim <= 0) throw Error("embed_dim", "> 0", str(c.embed_dim));
+  if (c.num_heads <= 0 || c.embed_dim % c.num_heads != 0) {
+    throw Error("num_heads", "a divisor of embed_dim " + str(c.embed_dim), str(c.num_heads));
+  }
+  if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
+  if (c.num_kv_heads < 0 || c.num_heads % c.num_kv_heads != 0) {
+    throw Error("num_kv_heads", "a divisor of num_heads " + str(c.num_heads), str(c.num_kv_heads));
+  }
+  if (c.kdim == 0) c.kdim = c.embed_dim;
+  if (c.vdim == 0) c.vdim = c.embed_dim;
+  if (c.kdim < 0) throw Error("kdim", "> 0", str(c.kdim));
+  if (c.vdim < 0) throw Error("vdim", "> 0", str(c.vdim));
+  if (!(c.dropout >= 0 && c.dropout < 1)) {
+    throw Error("dropout", "a probability in [0, 1)", std::to_string(c.dropout));
+  }
+  if (c.position == PositionEncoding::rope && (c.embed_dim / c.num_heads) % 2 != 0) {
+    throw Error("num_heads", "an even head dim for RoPE", str(c.embed_dim / c.num_heads));
+  }
+  return c;
+}
+
+// x [B, T, in], w [out_total, in] rows [row, row + n), bias rows the same -> [B, T, n]
+Var project(const Var& x, const Var& w, std::int64_t row, std::int64_t n, const Var& bias) {
+  const Var y = ag::matmul(x, ag::transpose(ag::slice(w, 0, row, row + n), 0, 1));
+  return bias.defined() ? y + ag::slice(bias, 0, row, row + n) : y;
+}
+
+void check_input(const char* name, const Var& x, std::int64_t batch, std::int64_t dim) {
+  if (x.dim() != 3) throw Error(name, "[B, T, " + str(dim) + "]", shape_string(x.shape()));
+  if (x.size(2) != dim) throw Error(name, "embed dim " + str(dim), str(x.size(2)));
+  if (batch >= 0 && x.size(0) != batch) {
+    throw Error(name, "batch " + str(batch) + " (from query)", str(x.size(0)));
+  }
+}
+
+}  // namespace
+
+MultiheadAttention::MultiheadAttention(const MultiheadAttentionConfig& config, Generator& generator)
+    : config_(resolved(config)),
+      head_dim_(config_.embed_dim / config_.num_heads),
+      packed_(config_.kdim == config_.embed_dim && config_.vdim == config_.embed_dim &&
+              config_.num_kv_heads == config_.num_heads),
+      out_proj_(config_.embed_dim, config_.embed_dim, generator, config_.bias, config_.dtype) {
+  const std::int64_t E = config_.embed_dim, KD = config_.num_kv_heads * head_dim_;
+  const DType dtype = config_.dtype;
+  if (packed_) {
+    in_proj_weight_ = xavier_parameter(E + 2 * KD, E, generator, dtype);
+    register_parameter("in_proj_weight", in_proj_weight_);
+  } else {
+    q_proj_weight_ = xavier_parameter(E, E, generator, dtype);
+    k_proj_weight_ = xavier_parameter(KD, config_.kdim, generator, dtype);
+    v_proj_weight_ = xavier_parameter(KD, config_.vdim, generator, dtype);
+    register_parameter("q_proj_weight", q_proj_weight_);
+    register_parameter("k_proj_weight", k_proj_weight_);
+    register_parameter("v_proj_weight", v_proj_weight_);
+  }
+  if (config_.bias) {
+    in_proj_bias_ = constant_parameter({E + 2 * KD}, 0.0, dtype);
+    register_parameter("in_proj_bias", in_proj_bias_);
+    // PyTorch's _reset_parameters zeroes out_proj.bias after Linear drew it.
+    Tensor out_bias = out_proj_.bias().value();
+    out_bias.fill(0.0);
+  }
+  register_module("out_proj", out_proj_);
+  seed_ = draw_seed(generator);
+}
+
+// call.key_padding_mask [B, Tk], call.attn_mask [Tq, Tk] or [B * H, Tq, Tk] -> options.mask
+// [B, 1 or H, Tq, Tk] (and options.bias, the same shape, for a floating attn_mask)
+AttentionOptions attention_options(const AttentionCall& call, std::int64_t batch,
+                                   std::int64_t num_heads, std::int64_t query_length,
+                                   std::int64_t key_length, DType dtype) {
+  const std::int64_t B = batch, H = num_heads, Tq = query_length, Tk = key_length;
+  AttentionOptions o;
+  if (call.is_causal) o.causal = Causal::top_left;
+  const Tensor& kpm = call.key_padding_mask;
+  if (kpm.defined()) {
+    if (kpm.dtype() != DType::boolean) {
+      throw Error("key_padding_mask", "boolean (true = padded)", dtype_name(kpm.dtype()));
+    }
+    if (kpm.shape() != Shape{B, Tk}) {
+      throw Error("key_padding_mask", "shape " + shape_string({B, Tk}), shape_string(kpm.shape()));
+    }
+  }
+  const Tensor& am = call.attn_mask;
+  std::int64_t mask_heads = 1;  // 1: the mask is the same for every head
+  if (am.defined()) {
+    if (am.shape() == Shape{B * H, Tq, Tk}) {
+      mask_heads = H;
+    } else if (am.shape() != Shape{Tq, Tk}) {
+      throw Error("attn_mask",
+                  "shape " + shape_string({Tq, Tk}) + " or " + shape_string({B * H, Tq, Tk}),
+                  shape_string(am.shape()));
+    }
+  }
+  if (!kpm.defined() && !am.defined()) return o;
+  const bool additive = am.defined() && am.dtype() != DType::boolean;
+  const std::vector<double> padded = kpm.defined() ? kpm.to_vector() : std::vector<double>();
+  const std::vector<double> mask = am.defined() ? am.to_vector() : std::vector<double>();
+  // PyTorch marks what is removed; qkv's mask keeps. A -inf in an additive mask removes too.
+  const Shape shape = {B, mask_heads, Tq, Tk};
+  std::vector<double> keep(static_cast<std::size_t>(B * mask_heads * Tq * Tk));
+  std::vector<double> bias(additive ? keep.size() : 0);
+  std::size_t n = 0;
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t h = 0; h < mask_heads; ++h) {
+      for (std::int64_t i = 0; i < Tq; ++i) {
+        for (std::int64_t j = 0; j < Tk; ++j, ++n) {
+          bool kept = padded.empty() || padded[b * Tk + j] == 0;
+          if (!mask.empty()) {
+            const double m = mask[((mask_heads == 1 ? 0 : b * H + h) * Tq + i) * Tk + j];
+            if (additive) {
+              kept = kept && m != -std::numeric_limits<double>::infinity();
+              bias[n] = std::isfinite(m) ? m : 0.0;
+            } else {
+              kept = kept && m == 0;
+            }
+          }
+          keep[n] = kept ? 1.0 : 0.0;
+        }
+      }
+    }
+  }
+  o.mask = Tensor::from_values(shape, keep, DType::boolean);
+  if (additive) o.bias = Tensor::from_values(shape, bias, dtype);
+  return o;
+}
+
+// query [B, Tq, E], key [B, Tk, kdim], value [B, Tk, vdim] -> out [B, Tq, E]
+AttentionResult MultiheadAttention::forward(const Var& query, const Var& key, const Var& value,
+                                            const AttentionCall& call) {
+  const std::int64_t E = config_.embed_dim, Hq = config_.num_heads, Hk = config_.num_kv_heads;
+  const std::int64_t KD = Hk * head_dim_;
+  check_input("query", query, -1, E);
+  const std::int64_t B = query.size(0), Tq = query.size(1);
+  check_input("key", key, B, config_.kdim);
+  check_input("value", value, B, config_.vdim);
+  if (value.size(1) != key.size(1)) {
+    throw Error("value", "length " + str(key.size(1)) + " (from key)", str(value.size(1)));
+  }
+  const std::int64_t Tk = key.size(1);
+  AttentionOptions options = attention_options(call, B, Hq, Tq, Tk, config_.dtype);
+  if (config_.position == PositionEncoding::alibi) options.alibi_slopes = alibi_slopes(Hq);
+  // Projections: q [B, Tq, Hq, D], k and v [B, Tk, Hk, D]
+  Var q, k, v;
+  if (packed_) {
+    q = project(query, in_proj_weight_, 0, E, in_proj_bias_);
+    k = project(key, in_proj_weight_, E, KD, in_proj_bias_);
+    v = project(value, in_proj_weight_, E + KD, KD, in_proj_bias_);
+  } else {
+    const auto b = [&](std::int64_t row, std::int64_t n) {
+      return in_proj_bias_.defined() ? ag::slice(in_proj_bias_, 0, row, row + n) : Var();
+    };
+    const auto plain = [](const Var& x, const Var& w, const Var& bias) {
+      const Var y = ag::matmul(x, ag::transpose(w, 0, 1));
+      return bias.defined() ? y + bias : y;
+    };
+    q = plain(query, q_proj_weight_, b(0, E));
+    k = plain(key, k_proj_weight_, b(E, KD));
+    v = plain(value, v_proj_weight_, b(E + KD, KD));
+  }
+  q = ag::split_heads(q, Hq);
+  k = ag::split_heads(k, Hk);
+  v = ag::split_heads(v, Hk);
+  if (config_.position == PositionEncoding::rope) {
+    q = rope(q, config_.rope_base);
+    k = rope(k, config_.rope_base);
+  }
+  Var bias = call.position_bias;
+  if (bias.defined() && options.bias.defined()) {
+    bias =
+        bias + Var(options.bias);  // the primitive takes one bias: the learned one and the mask's
+    options.bias = Tensor();
+  }
+  AttentionResult result;
+  if (call.need_weights) {
+    AttentionOptions w = options;
+    if (bias.defined()) w.bias = bias.value();
+    const Tensor p = attention_weights(q.value(), k.value(), w);  // [B, Hq, Tq, Tk]
+    if (call.average_attn_weights) {
+      ag::NoGrad no_grad;
+      result.weights = ag::mean(Var(p), 1).value();  // [B, Tq, Tk]
+    } else {
+      result.weights = p;
+    }
+  }
+  if (training() && config_.dropout > 0) {
+    options.dropout_p = config_.dropout;
+    options.seed = seed_;
+    options.offset = calls_++;
+  }
+  const Var attended = ag::attention(q, k, v, options, bias);  // [B, Tq, Hq, D]
+  result.out = out_proj_(ag::merge_heads(attended));
+  return result;
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,158 @@
+// SGD and AdamW with PyTorch's update rules, global-norm gradient clipping, and the warm-up +
+// cosine learning-rate schedule.
+#include "qkv/nn/optim.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "qkv/error.hpp"
+
+namespace qkv::nn {
+
+namespace {
+
+// parameter [...] with its gradient [...]. Calls update(n, p, g) for every element n of the
+// parameter, with p its value (written back in the parameter's dtype) and g its gradient, both as
+// double.
+template <class Update>
+void update_elements(const Var& parameter, Update update) {
+  const Tensor grad = parameter.grad().contiguous();
+  const Tensor value = parameter.value();
+  if (!value.is_contiguous()) throw Error("parameter", "contiguous", value.describe());
+  const auto run = [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    const T* g = grad.data_as<T>();
+    for (std::int64_t n = 0; n < value.numel(); ++n) {
+      double x = p[n];
+      update(n, x, static_cast<double>(g[n]));
+      p[n] = static_cast<T>(x);
+    }
+  };
+  if (value.dtype() == DType::f64) {
+    run(value.data_as<double>());
+  } else if (value.dtype() == DType::f32) {
+    run(value.data_as<float>());
+  } else {
+    throw Error("parameter", "f32 or f64", std::string(dtype_name(value.dtype())));
+  }
+}
+
+bool has_grad(const Var& parameter) { return parameter.grad().defined(); }
+
+void check_parameters(const std::vector<Var>& parameters) {
+  for (const Var& p : parameters) {
+    if (!p.defined() || !p.is_leaf() || !p.requires_grad()) {
+      throw Error("parameters", "leaf Vars that require grad", "another Var");
+    }
+  }
+}
+
+}  // namespace
+
+Sgd::Sgd(std::vector<Var> parameters, const SgdOptions& options)
+    : parameters_(std::move(parameters)), options_(options), momentum_(parameters_.size()) {
+  check_parameters(parameters_);
+  if (options.nesterov && (options.momentum <= 0 || options.dampening != 0)) {
+    throw Error("nesterov", "momentum > 0 and dampening 0", "other values");
+  }
+}
+
+void Sgd::step() {
+  const SgdOptions o = options_;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (!has_grad(parameters_[i])) continue;
+    std::vector<double>& buf = momentum_[i];
+    const bool first = buf.empty();
+    if (o.momentum != 0 && first) buf.resize(static_cast<std::size_t>(parameters_[i].numel()));
+    update_elements(parameters_[i], [&](std::int64_t n, double& p, double grad) {
+      double g = grad + o.weight_decay * p;
+      if (o.momentum != 0) {
+        buf[n] = first ? g : o.momentum * buf[n] + (1 - o.dampening) * g;
+        g = o.nesterov ? g + o.momentum * buf[n] : buf[n];
+      }
+      p -= o.lr * g;
+    });
+  }
+}
+
+void Sgd::zero_grad() {
+  for (Var& p : parameters_) p.zero_grad();
+}
+
+AdamW::AdamW(std::vector<Var> parameters, const AdamWOptions& options)
+    : parameters_(std::move(parameters)),
+      options_(options),
+      m_(parameters_.size()),
+      v_(parameters_.size()) {
+  check_parameters(parameters_);
+}
+
+void AdamW::step() {
+  const AdamWOptions o = options_;
+  ++steps_;
+  const double t = static_cast<double>(steps_);
+  const double bias_correction1 = 1 - std::pow(o.beta1, t);
+  const double bias_correction2_sqrt = std::sqrt(1 - std::pow(o.beta2, t));
+  const double step_size = o.lr / bias_correction1;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (!has_grad(parameters_[i])) continue;
+    std::vector<double>& m = m_[i];
+    std::vector<double>& v = v_[i];
+    m.resize(static_cast<std::size_t>(parameters_[i].numel()));
+    v.resize(m.size());
+    update_elements(parameters_[i], [&](std::int64_t n, double& p, double g) {
+      p *= 1 - o.lr * o.weight_decay;
+      m[n] = o.beta1 * m[n] + (1 - o.beta1) * g;
+      v[n] = o.beta2 * v[n] + (1 - o.beta2) * g * g;
+      p -= step_size * m[n] / (std::sqrt(v[n]) / bias_correction2_sqrt + o.eps);
+    });
+  }
+}
+
+void AdamW::zero_grad() {
+  for (Var& p : parameters_) p.zero_grad();
+}
+
+double clip_grad_norm(const std::vector<Var>& parameters, double max_norm) {
+  double squares = 0;
+  for (const Var& p : parameters) {
+    if (!has_grad(p)) continue;
+    for (const double g : p.grad().to_vector()) squares += g * g;
+  }
+  const double norm = std::sqrt(squares);
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (coefficient < 1) {
+    for (const Var& p : parameters) {
+      if (!has_grad(p)) continue;
+      Tensor grad = p.grad();  // shares the gradient's storage
+      const std::vector<double> g = grad.to_vector();
+      std::vector<double> scaled(g.size());
+      for (std::size_t n = 0; n < g.size(); ++n) scaled[n] = g[n] * coefficient;
+      grad.copy_from(Tensor::from_values(grad.shape(), scaled, DType::f64));
+    }
+  }
+  return norm;
+}
+
+double warmup_cosine_lr(std::int64_t step, double base_lr, std::int64_t warmup_steps,
+                        std::int64_t total_steps, double min_lr) {
+  if (warmup_steps < 0) throw Error("warmup_steps", ">= 0", std::to_string(warmup_steps));
+  if (total_steps <= warmup_steps) {
+    throw Error("total_steps", "> warmup_steps " + std::to_string(warmup_steps),
+                std::to_string(total_steps));
+  }
+  if (step < warmup_steps) {
+    return base_lr * static_cast<double>(step) / static_cast<double>(warmup_steps);
+  }
+  const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) /
+                                            static_cast<double>(total_steps - warmup_steps));
+  return min_lr + (base_lr - min_lr) * 0.5 * (1 + std::cos(std::numbers::pi * progress));
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,143 @@
+// Encoder and decoder layers: PyTorch's parameter names, the pre-norm and post-norm formulas
+// recomposed from the layer's own submodules' math, gradients (f64), dropout modes.
+#include <string>
+#include <vector>
+
+#include "nn/check.hpp"
+
+namespace qkv::testing {
+namespace {
+
+namespace ag = autograd;
+
+std::vector<std::string> names_of(const nn::Module& m) {
+  std::vector<std::string> names;
+  for (const auto& [name, p] : m.named_parameters()) names.push_back(name);
+  return names;
+}
+
+nn::TransformerLayerConfig config(bool norm_first) {
+  nn::TransformerLayerConfig c;
+  c.d_model = 8;
+  c.nhead = 2;
+  c.dim_feedforward = 12;
+  c.dropout = 0.0;
+  c.norm_first = norm_first;
+  c.dtype = DType::f64;
+  return c;
+}
+
+// The encoder layer by PyTorch's formula, from its state dict, with loops-free autograd ops
+// independent of the nn classes: attention through attention_decomposed.
+Var encoder_formula(const NamedTensors& sd, const Var& x, bool norm_first, bool causal) {
+  const auto p = [&](const std::string& n) { return Var(sd.at(n)); };
+  const auto linear = [](const Var& v, const Var& w, const Var& b) {
+    return ag::matmul(v, ag::transpose(w, 0, 1)) + b;
+  };
+  const auto sa = [&](const Var& v) {
+    const Var w = p("self_attn.in_proj_weight"), b = p("self_attn.in_proj_bias");
+    const Var qkv = linear(v, w, b);  // [B, T, 3E]
+    const Var q = ag::split_heads(ag::slice(qkv, 2, 0, 8), 2);
+    const Var k = ag::split_heads(ag::slice(qkv, 2, 8, 16), 2);
+    const Var vv = ag::split_heads(ag::slice(qkv, 2, 16, 24), 2);
+    AttentionOptions o;
+    if (causal) o.causal = Causal::top_left;
+    const Var a = ag::merge_heads(ag::attention_decomposed(q, k, vv, o));
+    return linear(a, p("self_attn.out_proj.weight"), p("self_attn.out_proj.bias"));
+  };
+  const auto ff = [&](const Var& v) {
+    return linear(ag::relu(linear(v, p("linear1.weight"), p("linear1.bias"))), p("linear2.weight"),
+                  p("linear2.bias"));
+  };
+  const auto norm = [&](const Var& v, const std::string& n) {
+    return ag::layer_norm(v, {8}, p(n + ".weight"), p(n + ".bias"));
+  };
+  if (norm_first) {
+    const Var h = x + sa(norm(x, "norm1"));
+    return h + ff(norm(h, "norm2"));
+  }
+  const Var h = norm(x + sa(x), "norm1");
+  return norm(h + ff(h), "norm2");
+}
+
+void randomize(nn::Module& m, std::uint64_t seed) {
+  for (auto& [name, p] : m.named_parameters()) {
+    Tensor v = p.value();
+    v.copy_from(random(v.shape(), seed++, -0.5, 0.5));
+    if (name.find("norm") != std::string::npos && name.find("weight") != std::string::npos) {
+      v.copy_from(random(v.shape(), seed++, 0.5, 1.5));
+    }
+  }
+}
+
+TEST(TransformerEncoderLayer, NamesFormulaAndGradients) {
+  for (const bool norm_first : {false, true}) {
+    Generator gen(1);
+    nn::TransformerEncoderLayer layer(config(norm_first), gen);
+    EXPECT_EQ(names_of(layer),
+              (std::vector<std::string>{
+                  "self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
+                  "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
+                  "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"}));
+    randomize(layer, 100);
+    const Tensor x = random({2, 4, 8}, 2);
+    nn::AttentionCall call;
+    call.is_causal = true;
+    const Tensor out = layer.forward(Var(x), call).value();
+    const Tensor expected =
+        encoder_formula(nn::state_dict(layer), Var(x), norm_first, true).value();
+    EXPECT_LT(relative_difference(out, expected), 1e-12) << "norm_first " << norm_first;
+    expect_module_gradients(norm_first ? "encoder pre-norm" : "encoder post-norm", layer,
+                            [&] { return layer.forward(Var(x), call); });
+    expect_gradcheck("encoder input",
+                     [&](const std::vector<Var>& in) { return layer.forward(in[0], call); }, {x});
+  }
+}
+
+TEST(TransformerDecoderLayer, NamesAndGradients) {
+  for (const bool norm_first : {false, true}) {
+    Generator gen(2);
+    nn::TransformerDecoderLayer layer(config(norm_first), gen);
+    const std::vector<std::string> names = names_of(layer);
+    ASSERT_EQ(names.size(), 18u);
+    EXPECT_EQ(names[4], "multihead_attn.in_proj_weight");
+    EXPECT_EQ(names[8], "linear1.weight");
+    EXPECT_EQ(names[16], "norm3.weight");
+    randomize(layer, 200);
+    const Tensor tgt = random({2, 3, 8}, 3), memory = random({2, 5, 8}, 4);
+    nn::AttentionCall tgt_call, memory_call;
+    tgt_call.is_causal = true;
+    memory_call.key_padding_mask =
+        Tensor::from_values({2, 5}, {0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, DType::boolean);
+    expect_module_gradients(norm_first ? "decoder pre-norm" : "decoder post-norm", layer, [&] {
+      return layer.forward(Var(tgt), Var(memory), tgt_call, memory_call);
+    });
+    expect_gradcheck("decoder inputs",
+                     [&](const std::vector<Var>& in) {
+                       return layer.forward(in[0], in[1], tgt_call, memory_call);
+                     },
+                     {tgt, memory});
+    // Padded memory positions never matter.
+    Tensor other = memory.clone();
+    other.set({1, 4, 0}, 9.0);
+    EXPECT_EQ(layer.forward(Var(tgt), Var(memory), tgt_call, memory_call).value().to_vector(),
+              layer.forward(Var(tgt), Var(other), tgt_call, memory_call).value().to_vector());
+  }
+}
+
+TEST(TransformerEncoderLayer, DropoutInTrainingOnly) {
+  nn::TransformerLayerConfig c = config(false);
+  c.dropout = 0.3;
+  Generator gen(3);
+  nn::TransformerEncoderLayer layer(c, gen);
+  const Tensor x = random({2, 4, 8}, 5);
+  const Tensor a = layer.forward(Var(x)).value(), b = layer.forward(Var(x)).value();
+  EXPECT_GT(relative_difference(a, b), 1e-6);
+  layer.eval();
+  const Tensor e = layer.forward(Var(x)).value();
+  const Tensor expected = encoder_formula(nn::state_dict(layer), Var(x), false, false).value();
+  EXPECT_LT(relative_difference(e, expected), 1e-12);
+}
+
+}  // namespace
+}  // namespace qkv::testing
