@@ -22,16 +22,6 @@ void expect_same_dtype(const Tensor& a, const Tensor& b, const char* argument) {
   }
 }
 
-std::int64_t wrap_dim(std::int64_t d, std::int64_t rank, const char* argument) {
-  const std::int64_t wrapped = d < 0 ? d + rank : d;
-  if (wrapped < 0 || wrapped >= rank) {
-    throw Error(argument,
-                "a dimension in [" + std::to_string(-rank) + ", " + std::to_string(rank) + ")",
-                std::to_string(d));
-  }
-  return wrapped;
-}
-
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* argument_b) {
   const std::size_t rank = std::max(a.size(), b.size());
   Shape out(rank);

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/dims.hpp"
 #include "qkv/error.hpp"
 #include "qkv/tensor.hpp"
 
@@ -16,8 +17,7 @@ namespace qkv::autograd::kernels {
 void expect_floating(const Tensor& x, const char* argument);
 // Throws unless b has a's dtype.
 void expect_same_dtype(const Tensor& a, const Tensor& b, const char* argument);
-// The dimension d (negative counts from the end) of a rank-`rank` tensor, or throws.
-std::int64_t wrap_dim(std::int64_t d, std::int64_t rank, const char* argument);
+using core::wrap_dim;
 
 // Calls fn(T{}) with T the C++ type of dtype (float or double).
 template <class Fn>

@@ -10,11 +10,14 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/dims.hpp"
 #include "core/element.hpp"
 #include "qkv/error.hpp"
 
 namespace qkv {
 namespace {
+
+using core::wrap_dim;
 
 constexpr std::size_t kAlignment = 64;
 
@@ -35,16 +38,6 @@ Shape contiguous_strides(const Shape& shape) {
     running *= std::max<std::int64_t>(shape[d], 1);
   }
   return strides;
-}
-
-std::int64_t wrap_dim(std::int64_t d, std::int64_t rank, const char* argument) {
-  const std::int64_t wrapped = d < 0 ? d + rank : d;
-  if (wrapped < 0 || wrapped >= rank) {
-    throw Error(argument,
-                "a dimension in [" + std::to_string(-rank) + ", " + std::to_string(rank) + ")",
-                std::to_string(d));
-  }
-  return wrapped;
 }
 
 // Visits every index of shape in row-major order, calling fn(offset_a, offset_b) with the
