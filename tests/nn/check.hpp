@@ -15,6 +15,13 @@
 
 namespace qkv::testing {
 
+// The module's parameter names, in registration order.
+inline std::vector<std::string> names_of(const nn::Module& m) {
+  std::vector<std::string> names;
+  for (const auto& [name, p] : m.named_parameters()) names.push_back(name);
+  return names;
+}
+
 // L = sum(f() * R), R fixed random. Every parameter element of the module: backward's gradient
 // against (L(p + h) - L(p - h)) / 2h, |analytic - numeric| <= atol + rtol |numeric|.
 inline void expect_module_gradients(const std::string& name, nn::Module& module,

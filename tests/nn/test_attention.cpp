@@ -15,12 +15,6 @@ namespace {
 
 namespace ag = autograd;
 
-std::vector<std::string> names_of(const nn::Module& m) {
-  std::vector<std::string> names;
-  for (const auto& [name, p] : m.named_parameters()) names.push_back(name);
-  return names;
-}
-
 // y [T, out] = x [T, in] W^T [in, out] rows [row, row + n) + b
 std::vector<double> affine(const Tensor& x, std::int64_t b, const Tensor& w, std::int64_t row,
                            std::int64_t n, const Tensor& bias) {

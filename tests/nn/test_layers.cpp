@@ -12,12 +12,6 @@ namespace {
 
 namespace ag = autograd;
 
-std::vector<std::string> names_of(const nn::Module& m) {
-  std::vector<std::string> names;
-  for (const auto& [name, p] : m.named_parameters()) names.push_back(name);
-  return names;
-}
-
 TEST(Linear, ForwardIsXWTransposedPlusBiasAndInitIsKaimingUniform) {
   Generator gen(1);
   nn::Linear linear(5, 3, gen, true, DType::f64);

@@ -10,12 +10,6 @@ namespace {
 
 namespace ag = autograd;
 
-std::vector<std::string> names_of(const nn::Module& m) {
-  std::vector<std::string> names;
-  for (const auto& [name, p] : m.named_parameters()) names.push_back(name);
-  return names;
-}
-
 nn::TransformerLayerConfig config(bool norm_first) {
   nn::TransformerLayerConfig c;
   c.d_model = 8;
