@@ -101,6 +101,12 @@ AttentionOptions attention_options(const AttentionCall& call, std::int64_t batch
   const std::int64_t B = batch, H = num_heads, Tq = query_length, Tk = key_length;
   AttentionOptions o;
   if (call.is_causal) o.causal = Causal::top_left;
+  if (!call.key_lengths.empty()) {
+    if (static_cast<std::int64_t>(call.key_lengths.size()) != B) {
+      throw Error("key_lengths", str(B) + " lengths (the batch)", str(call.key_lengths.size()));
+    }
+    o.key_lengths = call.key_lengths;
+  }
   const Tensor& kpm = call.key_padding_mask;
   if (kpm.defined()) {
     if (kpm.dtype() != DType::boolean) {
@@ -157,43 +163,74 @@ AttentionOptions attention_options(const AttentionCall& call, std::int64_t batch
 // query [B, Tq, E], key [B, Tk, kdim], value [B, Tk, vdim] -> out [B, Tq, E]
 AttentionResult MultiheadAttention::forward(const Var& query, const Var& key, const Var& value,
                                             const AttentionCall& call) {
-  const std::int64_t E = config_.embed_dim, Hq = config_.num_heads, Hk = config_.num_kv_heads;
-  const std::int64_t KD = Hk * head_dim_;
-  check_input("query", query, -1, E);
-  const std::int64_t B = query.size(0), Tq = query.size(1);
+  check_input("query", query, -1, config_.embed_dim);
+  const std::int64_t B = query.size(0);
   check_input("key", key, B, config_.kdim);
   check_input("value", value, B, config_.vdim);
   if (value.size(1) != key.size(1)) {
     throw Error("value", "length " + str(key.size(1)) + " (from key)", str(value.size(1)));
   }
-  const std::int64_t Tk = key.size(1);
-  AttentionOptions options = attention_options(call, B, Hq, Tq, Tk, config_.dtype);
-  if (config_.position == PositionEncoding::alibi) options.alibi_slopes = alibi_slopes(Hq);
-  // Projections: q [B, Tq, Hq, D], k and v [B, Tk, Hk, D]
-  Var q, k, v;
+  const Var q = project_query(query);
+  const auto [k, v] = project_key_value(key, value);
+  return attend(q, k, v, call);
+}
+
+// query [B, Tq, E] -> q [B, Tq, Hq, D]
+Var MultiheadAttention::project_query(const Var& query, std::int64_t position_start) const {
+  const std::int64_t E = config_.embed_dim;
+  check_input("query", query, -1, E);
+  const Var& w = packed_ ? in_proj_weight_ : q_proj_weight_;
+  Var q = project(query, w, 0, E, in_proj_bias_);
+  q = ag::split_heads(q, config_.num_heads);
+  if (config_.position == PositionEncoding::rope) q = rope(q, config_.rope_base, position_start);
+  return q;
+}
+
+// key [B, Tk, kdim], value [B, Tk, vdim] -> k, v [B, Tk, Hk, D]
+std::pair<Var, Var> MultiheadAttention::project_key_value(const Var& key, const Var& value,
+                                                          std::int64_t position_start) const {
+  const std::int64_t E = config_.embed_dim, KD = config_.num_kv_heads * head_dim_;
+  check_input("key", key, -1, config_.kdim);
+  check_input("value", value, key.size(0), config_.vdim);
+  Var k, v;
   if (packed_) {
-    q = project(query, in_proj_weight_, 0, E, in_proj_bias_);
     k = project(key, in_proj_weight_, E, KD, in_proj_bias_);
     v = project(value, in_proj_weight_, E + KD, KD, in_proj_bias_);
   } else {
-    const auto b = [&](std::int64_t row, std::int64_t n) {
-      return in_proj_bias_.defined() ? ag::slice(in_proj_bias_, 0, row, row + n) : Var();
-    };
-    const auto plain = [](const Var& x, const Var& w, const Var& bias) {
+    // The separate weights hold only their own rows; the bias is still packed [E + 2 KD].
+    const auto plain = [&](const Var& x, const Var& w, std::int64_t bias_row) {
       const Var y = ag::matmul(x, ag::transpose(w, 0, 1));
-      return bias.defined() ? y + bias : y;
+      return in_proj_bias_.defined() ? y + ag::slice(in_proj_bias_, 0, bias_row, bias_row + KD) : y;
     };
-    q = plain(query, q_proj_weight_, b(0, E));
-    k = plain(key, k_proj_weight_, b(E, KD));
-    v = plain(value, v_proj_weight_, b(E + KD, KD));
+    k = plain(key, k_proj_weight_, E);
+    v = plain(value, v_proj_weight_, E + KD);
   }
-  q = ag::split_heads(q, Hq);
-  k = ag::split_heads(k, Hk);
-  v = ag::split_heads(v, Hk);
-  if (config_.position == PositionEncoding::rope) {
-    q = rope(q, config_.rope_base);
-    k = rope(k, config_.rope_base);
+  k = ag::split_heads(k, config_.num_kv_heads);
+  v = ag::split_heads(v, config_.num_kv_heads);
+  if (config_.position == PositionEncoding::rope) k = rope(k, config_.rope_base, position_start);
+  return {k, v};
+}
+
+// q [B, Tq, Hq, D], k and v [B, Tk, Hk, D] -> out [B, Tq, E]
+AttentionResult MultiheadAttention::attend(const Var& q, const Var& k, const Var& v,
+                                           const AttentionCall& call) {
+  const std::int64_t Hq = config_.num_heads, Hk = config_.num_kv_heads;
+  const auto check_heads = [&](const char* name, const Var& x, std::int64_t heads) {
+    const Shape expected = {q.size(0), x.size(1), heads, head_dim_};
+    if (x.dim() != 4 || x.shape() != expected) {
+      throw Error(name, "shape " + shape_string(expected), shape_string(x.shape()));
+    }
+  };
+  if (q.dim() != 4) throw Error("q", "[B, Tq, Hq, D]", shape_string(q.shape()));
+  check_heads("q", q, Hq);
+  check_heads("k", k, Hk);
+  check_heads("v", v, Hk);
+  if (v.size(1) != k.size(1)) {
+    throw Error("v", "length " + str(k.size(1)) + " (from k)", str(v.size(1)));
   }
+  const std::int64_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
+  AttentionOptions options = attention_options(call, B, Hq, Tq, Tk, config_.dtype);
+  if (config_.position == PositionEncoding::alibi) options.alibi_slopes = alibi_slopes(Hq);
   Var bias = call.position_bias;
   if (bias.defined() && options.bias.defined()) {
     bias =

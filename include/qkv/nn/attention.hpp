@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "qkv/attention.hpp"
 #include "qkv/nn/layers.hpp"
@@ -31,7 +33,10 @@ struct AttentionCall {
   // added to the scores (-inf entries disallow).
   Tensor attn_mask;
   bool is_causal = false;  // top-left: query i sees keys j <= i
-  Var position_bias;       // a learned bias broadcastable to [B, Hq, Tq, Tk] (T5), or undefined
+  // [B] valid keys per batch (keys from key_lengths[b] on are ignored): the same as a
+  // key_padding_mask that pads the tail, but the kernel skips those keys instead of testing a mask.
+  std::vector<std::int64_t> key_lengths;
+  Var position_bias;  // a learned bias broadcastable to [B, Hq, Tq, Tk] (T5), or undefined
   bool need_weights = false;
   bool average_attn_weights = true;
 };
@@ -56,6 +61,17 @@ class MultiheadAttention : public Module {
   // query [B, Tq, E], key [B, Tk, kdim], value [B, Tk, vdim] -> out [B, Tq, E]
   AttentionResult forward(const Var& query, const Var& key, const Var& value,
                           const AttentionCall& call = {});
+
+  // forward() in its three steps, for callers that keep keys and values between calls (a
+  // decoder's KV cache, cross-attention keys computed once per sentence). position_start is the
+  // position of the first token (RoPE rotates by it).
+  // query [B, Tq, E] -> q [B, Tq, Hq, D]
+  Var project_query(const Var& query, std::int64_t position_start = 0) const;
+  // key [B, Tk, kdim], value [B, Tk, vdim] -> k, v [B, Tk, Hk, D]
+  std::pair<Var, Var> project_key_value(const Var& key, const Var& value,
+                                        std::int64_t position_start = 0) const;
+  // q [B, Tq, Hq, D], k and v [B, Tk, Hk, D] (any strides) -> out [B, Tq, E]
+  AttentionResult attend(const Var& q, const Var& k, const Var& v, const AttentionCall& call = {});
   const MultiheadAttentionConfig& config() const noexcept { return config_; }
 
  private:

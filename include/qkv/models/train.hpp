@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "qkv/models/translator.hpp"
+
+namespace qkv::models {
+
+// One training pair as token ids, without <bos> or <eos> (training adds them).
+struct Example {
+  std::vector<std::int64_t> source;
+  std::vector<std::int64_t> target;
+};
+
+struct TrainOptions {
+  std::int64_t steps = 1000;
+  std::int64_t batch_size = 64;  // sentence pairs per step
+  double lr = 1e-3;              // peak, after the warm-up
+  std::int64_t warmup_steps = 100;
+  double min_lr = 1e-5;  // at the end of the cosine decay
+  double weight_decay = 0.01;
+  double label_smoothing = 0.1;
+  double clip_norm = 1.0;  // global gradient norm; 0 turns clipping off
+  std::uint64_t seed = 0;  // the order of the examples
+};
+
+struct TrainProgress {
+  std::int64_t step = 0;  // steps done
+  std::int64_t steps = 0;
+  double loss = 0;  // of the last step
+  double lr = 0;
+  double tokens_per_second = 0;  // target tokens, since the start
+  double elapsed_seconds = 0;
+  double eta_seconds = 0;
+};
+
+struct TrainReport {
+  std::int64_t steps = 0;
+  std::int64_t target_tokens = 0;
+  double seconds = 0;
+  std::vector<double> losses;  // one per step
+};
+
+// Teacher forcing: the decoder reads <bos> y1 .. yn and is scored (cross-entropy with label
+// smoothing) on y1 .. yn <eos>; AdamW with linear warm-up and cosine decay, gradients clipped.
+// Batches hold sentences of similar length (examples are shuffled, then sorted by length within
+// pools of 32 batches) so that little of each batch is padding. on_step is called after every step.
+TrainReport train(Translator& model, const std::vector<Example>& examples,
+                  const TrainOptions& options,
+                  const std::function<void(const TrainProgress&)>& on_step = {});
+
+}  // namespace qkv::models

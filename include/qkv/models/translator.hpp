@@ -1,0 +1,114 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "qkv/nn/attention.hpp"
+#include "qkv/nn/layers.hpp"
+#include "qkv/nn/module.hpp"
+#include "qkv/nn/transformer.hpp"
+#include "qkv/tensor.hpp"
+
+// The seq2seq translator of the demo: a pre-norm Transformer encoder-decoder built from qkv's nn
+// modules, trained with teacher forcing, decoded step by step with a KV cache.
+namespace qkv::models {
+
+using autograd::Var;
+
+struct TranslatorConfig {
+  std::int64_t source_vocab = 0;
+  std::int64_t target_vocab = 0;
+  std::int64_t d_model = 128;
+  std::int64_t heads = 4;
+  std::int64_t encoder_layers = 2;
+  std::int64_t decoder_layers = 2;
+  std::int64_t dim_feedforward = 512;
+  double dropout = 0.0;
+  std::int64_t max_length = 128;  // longest sequence the sinusoidal position table covers
+  std::uint64_t seed = 0;         // parameter initialization and dropout streams
+};
+
+// Token ids of B sequences padded to one length: ids [B, T] row-major, 0 (<pad>) after each
+// sequence's length.
+struct Batch {
+  std::vector<std::int64_t> ids;
+  std::vector<std::int64_t> lengths;  // [B]
+  std::int64_t batch = 0;
+  std::int64_t length = 0;  // T, the longest sequence
+};
+Batch make_batch(const std::vector<std::vector<std::int64_t>>& sequences);
+
+// What incremental decoding keeps between steps, for N rows (sentences, or sentences x beams):
+// every decoder layer's self-attention keys and values so far, and its cross-attention keys and
+// values, computed once from the encoder output.
+struct DecoderCache {
+  std::vector<std::int64_t> source_lengths;  // [N]
+  std::vector<Tensor> self_k, self_v;        // per layer [N, max_length, H, D]; [0, length) set
+  std::vector<Tensor> cross_k, cross_v;      // per layer [N, S, H, D]
+  std::int64_t length = 0;                   // tokens decoded so far (the <bos> included)
+
+  std::int64_t rows() const { return static_cast<std::int64_t>(source_lengths.size()); }
+  // Row i of every tensor becomes the old row rows[i] (beam search keeps the best hypotheses);
+  // rows may repeat and change the row count.
+  void select(const std::vector<std::int64_t>& rows);
+};
+
+// One pre-norm decoder layer:
+//   x = x + self_attn(norm1(x));  x = x + cross_attn(norm2(x), memory);  x = x + ff(norm3(x))
+class DecoderLayer : public nn::Module {
+ public:
+  DecoderLayer(const TranslatorConfig& config, Generator& generator);
+  // x [B, T, E], memory [B, S, E] -> [B, T, E]; causal self-attention. With cross_weights, the
+  // cross-attention weights [B, H, T, S] are written there.
+  Var forward(const Var& x, const Var& memory, const std::vector<std::int64_t>& source_lengths,
+              Tensor* cross_weights);
+  // memory [N, S, E] -> this layer's cross-attention keys and values, into cache slot `layer`.
+  void start(const Var& memory, DecoderCache& cache, std::size_t layer) const;
+  // x [N, 1, E] at position cache.length - 1 -> [N, 1, E]; appends this token's keys and values
+  // to the cache. cross_weights as in forward, [N, H, 1, S].
+  Var step(const Var& x, DecoderCache& cache, std::size_t layer, Tensor* cross_weights);
+
+ private:
+  nn::MultiheadAttention self_attn_, cross_attn_;
+  nn::FeedForward ff_;
+  nn::LayerNorm norm1_, norm2_, norm3_;
+  nn::Dropout dropout1_, dropout2_, dropout3_;
+};
+
+class Translator : public nn::Module {
+ public:
+  explicit Translator(const TranslatorConfig& config);
+  const TranslatorConfig& config() const noexcept { return config_; }
+
+  // source ids [B, S] -> memory [B, S, E] (padding ignored through the source lengths)
+  Var encode(const Batch& source);
+  // Teacher forcing: memory [B, S, E], target inputs [B, T] (<bos> y1 .. y_{T-1}) -> logits
+  // [B, T, V]. With cross_weights, the last decoder layer's cross-attention [B, H, T, S].
+  Var decode(const Var& memory, const Batch& source, const Batch& target_in,
+             Tensor* cross_weights = nullptr);
+
+  // Incremental decoding. memory [N, S, E] -> a cache for up to max_length target tokens.
+  DecoderCache start_decoding(const Var& memory, const std::vector<std::int64_t>& source_lengths,
+                              std::int64_t max_length) const;
+  // tokens [N], the next input token of each row -> logits [N, V] for the token after it. With
+  // cross_weights, the last layer's cross-attention of this step [N, H, S].
+  Tensor step(DecoderCache& cache, const std::vector<std::int64_t>& tokens,
+              Tensor* cross_weights = nullptr);
+
+ private:
+  // ids [B, T] from position start -> embeddings plus positions [B, T, E]
+  Var embed(const nn::Embedding& table, const std::vector<std::int64_t>& ids, std::int64_t batch,
+            std::int64_t length, std::int64_t start) const;
+
+  TranslatorConfig config_;
+  Generator generator_;
+  nn::Embedding source_embedding_, target_embedding_;
+  Tensor positions_;  // [max_length, E] sinusoidal
+  std::vector<std::unique_ptr<nn::TransformerEncoderLayer>> encoder_;
+  std::vector<std::unique_ptr<DecoderLayer>> decoder_;
+  nn::LayerNorm encoder_norm_, decoder_norm_;
+  nn::Linear output_;
+};
+
+}  // namespace qkv::models

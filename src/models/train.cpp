@@ -1,0 +1,136 @@
+// The translator's training loop: length-bucketed batches, teacher forcing, AdamW.
+#include "qkv/models/train.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <string>
+
+#include "qkv/error.hpp"
+#include "qkv/models/corpus.hpp"
+#include "qkv/nn/optim.hpp"
+#include "qkv/philox.hpp"
+
+namespace qkv::models {
+
+namespace ag = autograd;
+
+namespace {
+
+// Batches of example indices: shuffled, sorted by source length inside pools of 32 batches,
+// the batches themselves in shuffled order.
+std::vector<std::vector<std::size_t>> epoch_batches(const std::vector<Example>& examples,
+                                                    std::int64_t batch_size, Generator& g) {
+  std::vector<std::size_t> order(examples.size());
+  std::iota(order.begin(), order.end(), 0);
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[g.next_u32() % i]);
+  const std::size_t batch = static_cast<std::size_t>(batch_size), pool = 32 * batch;
+  std::vector<std::vector<std::size_t>> batches;
+  for (std::size_t start = 0; start < order.size(); start += pool) {
+    const auto begin = order.begin() + static_cast<std::ptrdiff_t>(start);
+    const auto end =
+        order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), start + pool));
+    std::stable_sort(begin, end, [&](std::size_t a, std::size_t b) {
+      return examples[a].source.size() < examples[b].source.size();
+    });
+    for (auto it = begin; it < end; it += std::min<std::ptrdiff_t>(batch, end - it)) {
+      batches.emplace_back(it, it + std::min<std::ptrdiff_t>(batch, end - it));
+    }
+  }
+  for (std::size_t i = batches.size(); i > 1; --i) {
+    std::swap(batches[i - 1], batches[g.next_u32() % i]);
+  }
+  return batches;
+}
+
+}  // namespace
+
+TrainReport train(Translator& model, const std::vector<Example>& examples,
+                  const TrainOptions& options,
+                  const std::function<void(const TrainProgress&)>& on_step) {
+  if (examples.empty()) throw Error("examples", "at least one", "none");
+  if (options.steps < 1) throw Error("options.steps", ">= 1", std::to_string(options.steps));
+  if (options.batch_size < 1) {
+    throw Error("options.batch_size", ">= 1", std::to_string(options.batch_size));
+  }
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    if (examples[i].source.empty() || examples[i].target.empty()) {
+      throw Error("examples[" + std::to_string(i) + "]", "a source and a target", "an empty side");
+    }
+  }
+  model.train();
+  const std::vector<Var> parameters = model.parameters();
+  nn::AdamWOptions adam;
+  adam.lr = options.lr;
+  adam.weight_decay = options.weight_decay;
+  adam.beta2 = 0.98;  // "Attention Is All You Need"; steadier than 0.999 over short runs
+  nn::AdamW optimizer(parameters, adam);
+  ag::CrossEntropyOptions loss_options;
+  loss_options.label_smoothing = options.label_smoothing;
+
+  Generator g(options.seed);
+  std::vector<std::vector<std::size_t>> batches;
+  std::size_t next = 0;
+  TrainReport report;
+  const auto start = std::chrono::steady_clock::now();
+  for (std::int64_t step = 0; step < options.steps; ++step) {
+    if (next == batches.size()) {
+      batches = epoch_batches(examples, options.batch_size, g);
+      next = 0;
+    }
+    const std::vector<std::size_t>& rows = batches[next++];
+    std::vector<std::vector<std::int64_t>> sources, inputs, outputs;
+    for (const std::size_t r : rows) {
+      const Example& e = examples[r];
+      sources.push_back(e.source);
+      std::vector<std::int64_t> in = {Vocabulary::kBos}, out = e.target;
+      in.insert(in.end(), e.target.begin(), e.target.end());
+      out.push_back(Vocabulary::kEos);
+      inputs.push_back(std::move(in));
+      outputs.push_back(std::move(out));
+    }
+    const Batch source = make_batch(sources), target_in = make_batch(inputs);
+    // Targets [B * T]: the next token, or ignore_index on padding.
+    std::vector<std::int64_t> targets(static_cast<std::size_t>(target_in.batch * target_in.length),
+                                      loss_options.ignore_index);
+    std::int64_t tokens = 0;
+    for (std::size_t b = 0; b < outputs.size(); ++b) {
+      std::copy(outputs[b].begin(), outputs[b].end(),
+                targets.begin() + static_cast<std::ptrdiff_t>(b) * target_in.length);
+      tokens += static_cast<std::int64_t>(outputs[b].size());
+    }
+    const double lr =
+        nn::warmup_cosine_lr(step, options.lr, options.warmup_steps, options.steps, options.min_lr);
+    optimizer.options().lr = lr;
+    optimizer.zero_grad();
+    const Var memory = model.encode(source);
+    const Var logits = model.decode(memory, source, target_in);  // [B, T, V]
+    const Var loss =
+        ag::cross_entropy(ag::reshape(logits, {-1, logits.size(2)}), targets, loss_options);
+    loss.backward();
+    if (options.clip_norm > 0) nn::clip_grad_norm(parameters, options.clip_norm);
+    optimizer.step();
+
+    report.losses.push_back(loss.value().to_vector()[0]);
+    report.target_tokens += tokens;
+    report.steps = step + 1;
+    report.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (on_step) {
+      TrainProgress p;
+      p.step = step + 1;
+      p.steps = options.steps;
+      p.loss = report.losses.back();
+      p.lr = lr;
+      p.elapsed_seconds = report.seconds;
+      p.tokens_per_second = static_cast<double>(report.target_tokens) / report.seconds;
+      p.eta_seconds = report.seconds / static_cast<double>(p.step) *
+                      static_cast<double>(options.steps - p.step);
+      on_step(p);
+    }
+  }
+  model.eval();
+  return report;
+}
+
+}  // namespace qkv::models

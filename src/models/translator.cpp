@@ -1,0 +1,278 @@
+// The translator: a pre-norm Transformer encoder-decoder, its teacher-forced forward, and the
+// incremental decoder with a KV cache.
+#include "qkv/models/translator.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "qkv/error.hpp"
+#include "qkv/nn/positional.hpp"
+
+namespace qkv::models {
+
+namespace ag = autograd;
+
+namespace {
+
+std::string str(std::int64_t n) { return std::to_string(n); }
+
+nn::TransformerLayerConfig encoder_layer_config(const TranslatorConfig& c) {
+  nn::TransformerLayerConfig l;
+  l.d_model = c.d_model;
+  l.nhead = c.heads;
+  l.dim_feedforward = c.dim_feedforward;
+  l.dropout = c.dropout;
+  l.norm_first = true;
+  return l;
+}
+
+nn::MultiheadAttentionConfig attention_config(const TranslatorConfig& c) {
+  nn::MultiheadAttentionConfig a;
+  a.embed_dim = c.d_model;
+  a.num_heads = c.heads;
+  a.dropout = c.dropout;
+  return a;
+}
+
+TranslatorConfig checked(const TranslatorConfig& c) {
+  if (c.source_vocab <= 4)
+    throw Error("source_vocab", "> 4 (the special tokens)", str(c.source_vocab));
+  if (c.target_vocab <= 4)
+    throw Error("target_vocab", "> 4 (the special tokens)", str(c.target_vocab));
+  if (c.encoder_layers < 1) throw Error("encoder_layers", ">= 1", str(c.encoder_layers));
+  if (c.decoder_layers < 1) throw Error("decoder_layers", ">= 1", str(c.decoder_layers));
+  if (c.max_length < 2) throw Error("max_length", ">= 2", str(c.max_length));
+  return c;
+}
+
+// Copies src [N, T, H, D] into dst [N, *, H, D] at positions [start, start + T).
+void write_rows(Tensor& dst, const Tensor& src, std::int64_t start) {
+  Tensor window = dst.slice(1, start, start + src.size(1));
+  window.copy_from(src);
+}
+
+}  // namespace
+
+Batch make_batch(const std::vector<std::vector<std::int64_t>>& sequences) {
+  Batch b;
+  b.batch = static_cast<std::int64_t>(sequences.size());
+  for (const auto& s : sequences) {
+    b.length = std::max<std::int64_t>(b.length, static_cast<std::int64_t>(s.size()));
+  }
+  b.ids.assign(static_cast<std::size_t>(b.batch * b.length), 0);
+  for (std::int64_t i = 0; i < b.batch; ++i) {
+    const auto& s = sequences[static_cast<std::size_t>(i)];
+    if (s.empty()) throw Error("sequences[" + str(i) + "]", "at least one token", "none");
+    std::copy(s.begin(), s.end(), b.ids.begin() + i * b.length);
+    b.lengths.push_back(static_cast<std::int64_t>(s.size()));
+  }
+  return b;
+}
+
+void DecoderCache::select(const std::vector<std::int64_t>& rows) {
+  const std::int64_t n = this->rows();
+  for (const std::int64_t r : rows) {
+    if (r < 0 || r >= n) throw Error("rows", "indices in [0, " + str(n) + ")", str(r));
+  }
+  const auto gather = [&](Tensor& t) {
+    Shape shape = t.shape();
+    shape[0] = static_cast<std::int64_t>(rows.size());
+    Tensor out = Tensor::empty(shape, t.dtype());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      Tensor row = out.slice(0, static_cast<std::int64_t>(i), static_cast<std::int64_t>(i) + 1);
+      row.copy_from(t.slice(0, rows[i], rows[i] + 1));
+    }
+    t = out;
+  };
+  for (auto* tensors : {&self_k, &self_v, &cross_k, &cross_v}) {
+    for (Tensor& t : *tensors) gather(t);
+  }
+  std::vector<std::int64_t> lengths;
+  for (const std::int64_t r : rows) lengths.push_back(source_lengths[static_cast<std::size_t>(r)]);
+  source_lengths = std::move(lengths);
+}
+
+DecoderLayer::DecoderLayer(const TranslatorConfig& config, Generator& generator)
+    : self_attn_(attention_config(config), generator),
+      cross_attn_(attention_config(config), generator),
+      ff_(config.d_model, config.dim_feedforward, generator, nn::Activation::relu, config.dropout),
+      norm1_(config.d_model),
+      norm2_(config.d_model),
+      norm3_(config.d_model),
+      dropout1_(config.dropout, nn::draw_seed(generator)),
+      dropout2_(config.dropout, nn::draw_seed(generator)),
+      dropout3_(config.dropout, nn::draw_seed(generator)) {
+  register_module("self_attn", self_attn_);
+  register_module("multihead_attn", cross_attn_);
+  register_module("", ff_);
+  register_module("norm1", norm1_);
+  register_module("norm2", norm2_);
+  register_module("norm3", norm3_);
+  register_module("dropout1", dropout1_);
+  register_module("dropout2", dropout2_);
+  register_module("dropout3", dropout3_);
+}
+
+// x [B, T, E], memory [B, S, E] -> [B, T, E]
+Var DecoderLayer::forward(const Var& x, const Var& memory,
+                          const std::vector<std::int64_t>& source_lengths, Tensor* cross_weights) {
+  nn::AttentionCall self_call;
+  self_call.is_causal = true;
+  nn::AttentionCall cross_call;
+  cross_call.key_lengths = source_lengths;
+  cross_call.need_weights = cross_weights != nullptr;
+  cross_call.average_attn_weights = false;
+  const Var h1 = norm1_(x);
+  Var y = x + dropout1_(self_attn_.forward(h1, h1, h1, self_call).out);
+  const nn::AttentionResult cross = cross_attn_.forward(norm2_(y), memory, memory, cross_call);
+  if (cross_weights != nullptr) *cross_weights = cross.weights;
+  y = y + dropout2_(cross.out);
+  return y + dropout3_(ff_(norm3_(y)));
+}
+
+// memory [N, S, E] -> cache.cross_k[layer], cache.cross_v[layer] [N, S, H, D]
+void DecoderLayer::start(const Var& memory, DecoderCache& cache, std::size_t layer) const {
+  const auto [k, v] = cross_attn_.project_key_value(memory, memory);
+  cache.cross_k[layer] = k.value();
+  cache.cross_v[layer] = v.value();
+}
+
+// x [N, 1, E] -> [N, 1, E]
+Var DecoderLayer::step(const Var& x, DecoderCache& cache, std::size_t layer,
+                       Tensor* cross_weights) {
+  const std::int64_t position = cache.length - 1;
+  const Var h1 = norm1_(x);
+  const Var q = self_attn_.project_query(h1, position);
+  const auto [k, v] = self_attn_.project_key_value(h1, h1, position);
+  write_rows(cache.self_k[layer], k.value(), position);
+  write_rows(cache.self_v[layer], v.value(), position);
+  // The one new query sees every cached key: no causal mask is needed.
+  const Var keys(cache.self_k[layer].slice(1, 0, position + 1));
+  const Var values(cache.self_v[layer].slice(1, 0, position + 1));
+  Var y = x + self_attn_.attend(q, keys, values).out;
+  nn::AttentionCall cross_call;
+  cross_call.key_lengths = cache.source_lengths;
+  cross_call.need_weights = cross_weights != nullptr;
+  cross_call.average_attn_weights = false;
+  const Var q2 = cross_attn_.project_query(norm2_(y), position);
+  const nn::AttentionResult cross =
+      cross_attn_.attend(q2, Var(cache.cross_k[layer]), Var(cache.cross_v[layer]), cross_call);
+  if (cross_weights != nullptr) *cross_weights = cross.weights;
+  y = y + cross.out;
+  return y + ff_(norm3_(y));
+}
+
+Translator::Translator(const TranslatorConfig& config)
+    : config_(checked(config)),
+      generator_(config.seed),
+      source_embedding_(config.source_vocab, config.d_model, generator_),
+      target_embedding_(config.target_vocab, config.d_model, generator_),
+      positions_(nn::sinusoidal_positions(config.max_length, config.d_model)),
+      encoder_norm_(config.d_model),
+      decoder_norm_(config.d_model),
+      output_(config.d_model, config.target_vocab, generator_) {
+  register_module("source_embedding", source_embedding_);
+  register_module("target_embedding", target_embedding_);
+  for (std::int64_t l = 0; l < config_.encoder_layers; ++l) {
+    encoder_.push_back(
+        std::make_unique<nn::TransformerEncoderLayer>(encoder_layer_config(config_), generator_));
+    register_module("encoder.layers." + str(l), *encoder_.back());
+  }
+  register_module("encoder.norm", encoder_norm_);
+  for (std::int64_t l = 0; l < config_.decoder_layers; ++l) {
+    decoder_.push_back(std::make_unique<DecoderLayer>(config_, generator_));
+    register_module("decoder.layers." + str(l), *decoder_.back());
+  }
+  register_module("decoder.norm", decoder_norm_);
+  register_module("output", output_);
+}
+
+// ids [B, T] -> [B, T, E]
+Var Translator::embed(const nn::Embedding& table, const std::vector<std::int64_t>& ids,
+                      std::int64_t batch, std::int64_t length, std::int64_t start) const {
+  if (start + length > config_.max_length) {
+    throw Error("length", "at most max_length " + str(config_.max_length), str(start + length));
+  }
+  const Var x = table.forward(ids, {batch, length});
+  return x + Var(positions_.slice(0, start, start + length));
+}
+
+// source ids [B, S] -> memory [B, S, E]
+Var Translator::encode(const Batch& source) {
+  Var x = embed(source_embedding_, source.ids, source.batch, source.length, 0);
+  nn::AttentionCall call;
+  call.key_lengths = source.lengths;
+  for (auto& layer : encoder_) x = layer->forward(x, call);
+  return encoder_norm_(x);
+}
+
+// memory [B, S, E], target_in [B, T] -> logits [B, T, V]
+Var Translator::decode(const Var& memory, const Batch& source, const Batch& target_in,
+                       Tensor* cross_weights) {
+  if (target_in.batch != source.batch) {
+    throw Error("target_in", "batch " + str(source.batch) + " (from source)", str(target_in.batch));
+  }
+  Var x = embed(target_embedding_, target_in.ids, target_in.batch, target_in.length, 0);
+  for (std::size_t l = 0; l < decoder_.size(); ++l) {
+    const bool last = l + 1 == decoder_.size();
+    x = decoder_[l]->forward(x, memory, source.lengths, last ? cross_weights : nullptr);
+  }
+  return output_(decoder_norm_(x));
+}
+
+DecoderCache Translator::start_decoding(const Var& memory,
+                                        const std::vector<std::int64_t>& source_lengths,
+                                        std::int64_t max_length) const {
+  if (memory.dim() != 3 || memory.size(2) != config_.d_model) {
+    throw Error("memory", "[N, S, " + str(config_.d_model) + "]", shape_string(memory.shape()));
+  }
+  const std::int64_t N = memory.size(0);
+  if (static_cast<std::int64_t>(source_lengths.size()) != N) {
+    throw Error("source_lengths", str(N) + " lengths (from memory)", str(source_lengths.size()));
+  }
+  if (max_length < 1 || max_length > config_.max_length) {
+    throw Error("max_length", "in [1, " + str(config_.max_length) + "]", str(max_length));
+  }
+  const std::int64_t H = config_.heads, D = config_.d_model / config_.heads;
+  DecoderCache cache;
+  cache.source_lengths = source_lengths;
+  const std::size_t layers = decoder_.size();
+  cache.cross_k.resize(layers);
+  cache.cross_v.resize(layers);
+  for (std::size_t l = 0; l < layers; ++l) {
+    cache.self_k.push_back(Tensor::empty({N, max_length, H, D}));
+    cache.self_v.push_back(Tensor::empty({N, max_length, H, D}));
+    decoder_[l]->start(memory, cache, l);
+  }
+  return cache;
+}
+
+// tokens [N] -> logits [N, V]
+Tensor Translator::step(DecoderCache& cache, const std::vector<std::int64_t>& tokens,
+                        Tensor* cross_weights) {
+  const std::int64_t N = cache.rows();
+  if (static_cast<std::int64_t>(tokens.size()) != N) {
+    throw Error("tokens", str(N) + " tokens (the cache's rows)", str(tokens.size()));
+  }
+  if (cache.self_k.empty() || cache.length >= cache.self_k[0].size(1)) {
+    throw Error("cache", "room for another token", "full at " + str(cache.length) + " tokens");
+  }
+  for (const std::int64_t t : tokens) {
+    if (t < 0 || t >= config_.target_vocab) {
+      throw Error("tokens", "ids in [0, " + str(config_.target_vocab) + ")", str(t));
+    }
+  }
+  ag::NoGrad no_grad;
+  ++cache.length;
+  Var x = embed(target_embedding_, tokens, N, 1, cache.length - 1);
+  for (std::size_t l = 0; l < decoder_.size(); ++l) {
+    const bool last = l + 1 == decoder_.size();
+    x = decoder_[l]->step(x, cache, l, last ? cross_weights : nullptr);
+  }
+  const Tensor logits = output_(decoder_norm_(x)).value();  // [N, 1, V]
+  if (cross_weights != nullptr) *cross_weights = cross_weights->reshape({N, config_.heads, -1});
+  return logits.reshape({N, config_.target_vocab});
+}
+
+}  // namespace qkv::models
