@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # qkv's one entry point on a fresh Debian 12 machine (as root):
-#   ./qkv.sh demo    install what is missing, build, run the main job
+#   ./qkv.sh demo    install what is missing, build, run the main job (`qkv demo`; arguments
+#                    after "demo" are passed on: ./qkv.sh demo --out /tmp/d)
 #   ./qkv.sh test    install what is missing, build, run the whole test suite
 #   ./qkv.sh setup   only install what is missing: Debian packages, the tests' Python venv
 # Every step skips what is already done: packages present, build trees configured.
@@ -62,10 +63,10 @@ build() {  # build PRESET
 
 demo() {
   setup
-  build release
-  ./build/release/tools/qkv info
-  echo
-  ./build/release/examples/basic_attention
+  if [ ! -f build/release/build.ninja ]; then cmake --preset release; fi
+  # Only what the demo runs: the test command builds the rest.
+  cmake --build --preset release --target qkv_cli
+  ./build/release/tools/qkv demo "$@"
 }
 
 run_tests() {
@@ -80,7 +81,10 @@ run_tests() {
 }
 
 case "${1:-}" in
-  demo) demo ;;
+  demo)
+    shift
+    demo "$@"
+    ;;
   test) run_tests ;;
   setup)
     setup

@@ -5,6 +5,7 @@
 #include "qkv/dtype.hpp"
 #include "qkv/error.hpp"
 #include "qkv/half.hpp"
+#include "qkv/models.hpp"
 #include "qkv/nn.hpp"
 #include "qkv/philox.hpp"
 #include "qkv/safetensors.hpp"

@@ -6,6 +6,8 @@ namespace qkv::cli {
 
 // Each subcommand registers itself on the app and runs when parsed.
 void add_info(CLI::App& app);
+void add_demo(CLI::App& app);       // the main job: train, evaluate, draw
+void add_translate(CLI::App& app);  // a model saved by demo, on new sentences
 // Built with QKV_BUILD_BENCH (it needs bench/qkv_bench); main.cpp registers it when present.
 void add_bench(CLI::App& app);
 

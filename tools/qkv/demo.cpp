@@ -1,0 +1,340 @@
+// qkv demo: the main job. Generates the synthetic parallel corpus, trains the translator with a
+// progress bar, evaluates it on held-out sentences (exact match, BLEU by length, alignment),
+// draws cross-attention heatmaps, saves the model, and writes summary.json.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "qkv/commands.hpp"
+#include "qkv/error.hpp"
+#include "qkv/models/checkpoint.hpp"
+#include "qkv/models/corpus.hpp"
+#include "qkv/models/decode.hpp"
+#include "qkv/models/evaluate.hpp"
+#include "qkv/models/train.hpp"
+#include "qkv/progress.hpp"
+#include "qkv/safetensors.hpp"
+#include "qkv/system.hpp"
+#include "qkv/viz/heatmap.hpp"
+
+namespace qkv::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using models::SentencePair;
+
+struct DemoOptions {
+  std::string out = "qkv-demo";
+  std::uint64_t seed = 1;
+  std::int64_t train_sentences = 40000;
+  std::int64_t eval_sentences = 500;
+  std::int64_t steps = 0;         // 0: as many as fit in time_budget
+  double time_budget = 200;       // seconds of training when steps is 0
+  std::int64_t max_steps = 3000;  // the cap of the automatic choice
+  std::int64_t batch = 64;
+  double lr = 2e-3;
+  std::int64_t d_model = 128;
+  std::int64_t heads = 4;
+  std::int64_t layers = 2;  // encoder and decoder each
+  std::int64_t beam = 4;
+  std::int64_t beam_sentences = 100;  // held-out sentences also decoded with beam search
+  std::int64_t heatmaps = 4;
+};
+
+// Held-out pairs: drawn from another seed, without any source sentence the training set has.
+std::vector<SentencePair> held_out(const std::vector<SentencePair>& train, std::int64_t count,
+                                   std::uint64_t seed) {
+  std::set<std::vector<std::string>> seen;
+  for (const SentencePair& p : train) seen.insert(p.source);
+  std::vector<SentencePair> out;
+  std::int64_t drawn = 0;
+  while (static_cast<std::int64_t>(out.size()) < count) {
+    const std::int64_t want = 2 * (count - static_cast<std::int64_t>(out.size()));
+    for (SentencePair& p : models::generate_corpus(want, seed + 0x9e3779b9ULL + drawn)) {
+      if (static_cast<std::int64_t>(out.size()) < count && seen.insert(p.source).second) {
+        out.push_back(std::move(p));
+      }
+    }
+    ++drawn;
+  }
+  return out;
+}
+
+std::string alignment_string(const SentencePair& p) {
+  std::string s;
+  for (std::size_t t = 0; t < p.target.size(); ++t) {
+    s += (t == 0 ? "" : " ") + p.target[t] + "<-";
+    for (std::size_t k = 0; k < p.alignment[t].size(); ++k) {
+      s += (k == 0 ? "" : "+") + p.source[static_cast<std::size_t>(p.alignment[t][k])];
+    }
+  }
+  return s;
+}
+
+// weights [H, T, S] -> [H + 1, T, S], the head average last
+Tensor with_average(const Tensor& weights) {
+  const std::int64_t H = weights.size(0), T = weights.size(1), S = weights.size(2);
+  Tensor out = Tensor::zeros({H + 1, T, S});
+  Tensor heads = out.slice(0, 0, H);
+  heads.copy_from(weights);
+  for (std::int64_t t = 0; t < T; ++t) {
+    for (std::int64_t s = 0; s < S; ++s) {
+      double sum = 0;
+      for (std::int64_t h = 0; h < H; ++h) sum += weights.at({h, t, s});
+      out.set({H, t, s}, sum / static_cast<double>(H));
+    }
+  }
+  return out;
+}
+
+void run_demo(const DemoOptions& o) {
+  using Clock = std::chrono::steady_clock;
+  const auto begin = Clock::now();
+  const fs::path out(o.out);
+  fs::create_directories(out / "heatmaps");
+  std::printf(
+      "qkv demo: a Transformer learns to translate a synthetic English into a French-like\n"
+      "language, on %d threads; everything goes to %s/\n\n",
+      thread_count(), out.string().c_str());
+
+  // 1. Data
+  const std::vector<SentencePair> train = models::generate_corpus(o.train_sentences, o.seed);
+  const std::vector<SentencePair> test = held_out(train, o.eval_sentences, o.seed);
+  const models::Vocabulary source(models::source_words()), target(models::target_words());
+  std::int64_t source_words = 0, target_words = 0;
+  for (const SentencePair& p : train) {
+    source_words += static_cast<std::int64_t>(p.source.size());
+    target_words += static_cast<std::int64_t>(p.target.size());
+  }
+  std::printf(
+      "data: %lld training pairs (%.1f source, %.1f target words on average), %lld "
+      "held out; vocabularies of %lld and %lld words\n",
+      static_cast<long long>(train.size()),
+      static_cast<double>(source_words) / static_cast<double>(train.size()),
+      static_cast<double>(target_words) / static_cast<double>(train.size()),
+      static_cast<long long>(test.size()), static_cast<long long>(source.size()),
+      static_cast<long long>(target.size()));
+  std::printf("  example: %s\n        ->  %s\n  aligned:  %s\n\n",
+              models::join_words(train[0].source).c_str(),
+              models::join_words(train[0].target).c_str(), alignment_string(train[0]).c_str());
+
+  // 2. Model and training
+  models::TranslatorConfig config;
+  config.source_vocab = source.size();
+  config.target_vocab = target.size();
+  config.d_model = o.d_model;
+  config.heads = o.heads;
+  config.encoder_layers = o.layers;
+  config.decoder_layers = o.layers;
+  config.dim_feedforward = 4 * o.d_model;
+  config.seed = o.seed;
+  models::Translator model(config);
+  std::int64_t parameters = 0;
+  for (const auto& p : model.parameters()) parameters += p.numel();
+  std::printf("model: %lld + %lld layers, d_model %lld, %lld heads, %.2fM parameters\n",
+              static_cast<long long>(o.layers), static_cast<long long>(o.layers),
+              static_cast<long long>(o.d_model), static_cast<long long>(o.heads),
+              static_cast<double>(parameters) / 1e6);
+  std::vector<models::Example> examples;
+  for (const SentencePair& p : train) {
+    examples.push_back({source.encode(p.source), target.encode(p.target)});
+  }
+  models::TrainOptions train_options;
+  train_options.batch_size = o.batch;
+  train_options.lr = o.lr;
+  train_options.seed = o.seed;
+  train_options.steps = o.steps;
+  if (o.steps == 0) {
+    // Time a few steps of a throwaway copy of the model, then fit the run into the budget.
+    models::Translator probe(config);
+    models::TrainOptions timing = train_options;
+    timing.steps = 8;
+    timing.warmup_steps = 4;
+    const models::TrainReport r = models::train(probe, examples, timing);
+    const double per_step = r.seconds / static_cast<double>(r.steps);
+    train_options.steps = std::clamp<std::int64_t>(
+        static_cast<std::int64_t>(o.time_budget / per_step), 200, o.max_steps);
+    std::printf("training: %lld steps of %lld sentence pairs (%.0f ms a step fits %.0f s)\n",
+                static_cast<long long>(train_options.steps), static_cast<long long>(o.batch),
+                per_step * 1e3, o.time_budget);
+  } else {
+    std::printf("training: %lld steps of %lld sentence pairs\n",
+                static_cast<long long>(train_options.steps), static_cast<long long>(o.batch));
+  }
+  train_options.warmup_steps = std::min<std::int64_t>(200, train_options.steps / 10);
+  ProgressBar bar(train_options.steps);
+  const models::TrainReport report =
+      models::train(model, examples, train_options, [&](const models::TrainProgress& p) {
+        bar.update(p.step, "loss " + format_fixed(p.loss, 3) + "  " +
+                               format_fixed(p.tokens_per_second, 0) + " tok/s  ETA " +
+                               format_duration(p.eta_seconds));
+      });
+  bar.finish("loss " + format_fixed(report.losses.back(), 3) + " in " +
+             format_duration(report.seconds));
+
+  // 3. Evaluation
+  models::EvaluationOptions greedy;
+  const models::Evaluation e = models::evaluate(model, source, target, test, greedy);
+  std::printf(
+      "\nheld out, greedy (%lld sentences, %.1f s): exact match %.1f%%, BLEU %.1f, "
+      "alignment accuracy %.1f%%\n",
+      static_cast<long long>(e.sentences), e.seconds, 100 * e.exact_match, e.bleu,
+      100 * e.alignment_accuracy);
+  std::printf("  %-14s %9s %12s %6s\n", "source words", "sentences", "exact match", "BLEU");
+  for (const models::BucketScore& b : e.buckets) {
+    std::printf("  %3lld to %-7lld %9lld %11.1f%% %6.1f\n", static_cast<long long>(b.min_length),
+                static_cast<long long>(b.max_length), static_cast<long long>(b.sentences),
+                100 * b.exact_match, b.bleu);
+  }
+  const std::vector<SentencePair> beam_test(
+      test.begin(), test.begin() + std::min<std::int64_t>(o.beam_sentences, e.sentences));
+  models::EvaluationOptions beam_options;
+  beam_options.beam = o.beam;
+  const models::Evaluation beam = models::evaluate(model, source, target, beam_test, beam_options);
+  std::printf("held out, beam %lld (first %lld sentences, %.1f s): exact match %.1f%%, BLEU %.1f\n",
+              static_cast<long long>(o.beam), static_cast<long long>(beam.sentences), beam.seconds,
+              100 * beam.exact_match, beam.bleu);
+
+  // 4. Heatmaps: the model's own translation, the last layer's cross-attention per head and
+  // averaged, with the beam's choice of words.
+  nlohmann::json heatmaps = nlohmann::json::array();
+  std::vector<std::vector<std::string>> sentences = {
+      models::tokenize("the black cat sat on the mat")};
+  for (std::int64_t i = 0; i + 1 < o.heatmaps && i < e.sentences; ++i) {
+    sentences.push_back(test[static_cast<std::size_t>(i)].source);
+  }
+  std::printf("\nwhere it looks (the last decoder layer's cross-attention):\n");
+  for (std::size_t i = 0; i < sentences.size(); ++i) {
+    models::BeamOptions b;
+    b.beam = o.beam;
+    b.decode.keep_weights = true;
+    b.decode.max_length = config.max_length;
+    const models::Translation t = models::beam_search(model, source.encode(sentences[i]), b);
+    std::vector<std::string> rows = target.decode(t.tokens);
+    rows.emplace_back("<eos>");
+    const Tensor weights = with_average(t.cross_weights);
+    viz::HeatmapOptions h;
+    h.x_labels = sentences[i];
+    h.y_labels = std::vector<std::string>(rows.begin(), rows.begin() + weights.size(1));
+    for (std::int64_t head = 0; head < config.heads; ++head) {
+      h.panel_titles.push_back("head " + std::to_string(head));
+    }
+    h.panel_titles.emplace_back("average");
+    h.title =
+        models::join_words(sentences[i]) + "  ->  " + models::join_words(target.decode(t.tokens));
+    const std::string stem = "sentence-" + std::to_string(i + 1);
+    const fs::path png = out / "heatmaps" / (stem + ".png"),
+                   svg = out / "heatmaps" / (stem + ".svg");
+    const fs::path tensors = out / "heatmaps" / (stem + ".safetensors");
+    viz::write_heatmap(weights, h, png);
+    viz::write_heatmap(weights, h, svg);
+    save_safetensors(
+        tensors, {{"cross_attention", weights}},
+        {{"source", models::join_words(sentences[i])}, {"translation", models::join_words(rows)}});
+    std::printf("  %s\n    -> %s\n    %s\n", models::join_words(sentences[i]).c_str(),
+                models::join_words(target.decode(t.tokens)).c_str(), png.string().c_str());
+    heatmaps.push_back({{"source", models::join_words(sentences[i])},
+                        {"translation", models::join_words(target.decode(t.tokens))},
+                        {"png", png.string()},
+                        {"svg", svg.string()},
+                        {"weights", tensors.string()}});
+  }
+
+  // 5. The model and the summary
+  const fs::path model_path = out / "model.safetensors";
+  models::save_translator(model, source, target, model_path);
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const models::BucketScore& b : e.buckets) {
+    buckets.push_back({{"min_source_words", b.min_length},
+                       {"max_source_words", b.max_length},
+                       {"sentences", b.sentences},
+                       {"exact_match", b.exact_match},
+                       {"bleu", b.bleu}});
+  }
+  const double total = std::chrono::duration<double>(Clock::now() - begin).count();
+  const nlohmann::json summary = {
+      {"exact_match", e.exact_match},
+      {"bleu", e.bleu},
+      {"alignment_accuracy", e.alignment_accuracy},
+      {"train_seconds", report.seconds},
+      {"total_seconds", total},
+      {"eval_sentences", e.sentences},
+      {"train_sentences", static_cast<std::int64_t>(train.size())},
+      {"train_steps", report.steps},
+      {"batch_size", o.batch},
+      {"final_loss", report.losses.back()},
+      {"threads", thread_count()},
+      {"seed", o.seed},
+      {"parameters", parameters},
+      {"buckets", buckets},
+      {"beam",
+       {{"width", o.beam},
+        {"sentences", beam.sentences},
+        {"exact_match", beam.exact_match},
+        {"bleu", beam.bleu}}},
+      {"model", model_path.string()},
+      {"heatmaps", heatmaps},
+  };
+  std::ofstream(out / "summary.json") << summary.dump(2) << "\n";
+  std::printf(
+      "\nwritten to %s/: model.safetensors (try: qkv translate --model %s \"the black "
+      "cat sat on the mat\"), heatmaps/*.png|svg|safetensors, summary.json\n"
+      "total %s\n",
+      out.string().c_str(), model_path.string().c_str(), format_duration(total).c_str());
+}
+
+}  // namespace
+
+void add_demo(CLI::App& app) {
+  auto options = std::make_shared<DemoOptions>();
+  CLI::App* demo = app.add_subcommand(
+      "demo", "Train a small translator, evaluate it, and draw where it looks (the main job)");
+  demo->add_option("--out", options->out, "Output folder")->capture_default_str();
+  demo->add_option("--seed", options->seed, "Seed of the corpus, the model and the batches")
+      ->capture_default_str();
+  demo->add_option("--train-sentences", options->train_sentences, "Training pairs")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--eval-sentences", options->eval_sentences, "Held-out pairs")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--steps", options->steps,
+                   "Training steps; 0 fits them in --time-budget (a run is then reproducible "
+                   "only on the same machine)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  demo->add_option("--time-budget", options->time_budget, "Seconds of training when --steps is 0")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--max-steps", options->max_steps, "Most steps --time-budget may choose")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--batch", options->batch, "Sentence pairs per step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--lr", options->lr, "Peak learning rate")->capture_default_str();
+  demo->add_option("--d-model", options->d_model, "Model width")->capture_default_str();
+  demo->add_option("--heads", options->heads, "Attention heads")->capture_default_str();
+  demo->add_option("--layers", options->layers, "Encoder and decoder layers (each)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--beam", options->beam, "Beam width")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->add_option("--beam-sentences", options->beam_sentences,
+                   "Held-out sentences also decoded with beam search")
+      ->capture_default_str();
+  demo->add_option("--heatmaps", options->heatmaps, "Sentences to draw")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  demo->callback([options] { run_demo(*options); });
+}
+
+}  // namespace qkv::cli
