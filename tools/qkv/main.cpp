@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"qkv: attention mechanisms, from the formula to the fused kernel"};
   app.require_subcommand(1);
   qkv::cli::add_info(app);
+  qkv::cli::add_heatmap(app);
 #ifdef QKV_WITH_BENCH
   qkv::cli::add_bench(app);
 #endif

@@ -6,6 +6,8 @@ namespace qkv::cli {
 
 // Each subcommand registers itself on the app and runs when parsed.
 void add_info(CLI::App& app);
+// qkv heatmap FILE.safetensors: attention weights drawn as PNG or SVG (qkv::viz).
+void add_heatmap(CLI::App& app);
 // Built with QKV_BUILD_BENCH (it needs bench/qkv_bench); main.cpp registers it when present.
 void add_bench(CLI::App& app);
 
