@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -84,12 +85,13 @@ TEST(HeatmapSvg, WellFormedWithOneRectPerCellAndEscapedLabels) {
   EXPECT_NE(svg.find("width=\"" + std::to_string(layout.width) + "\" height=\"" +
                      std::to_string(layout.height) + "\""),
             std::string::npos);
-  // Each panel is a <g class="panel"> whose rects are its cells.
+  // Each panel is a <g class="panel"> whose rects are its cells; the color bar follows them.
   std::size_t at = 0;
   for (int p = 0; p < 2; ++p) {
     at = svg.find("<g class=\"panel\">", at);
     ASSERT_NE(at, std::string::npos);
-    const std::size_t end = svg.find("<g class=\"panel\">", at + 1);
+    const std::size_t end =
+        std::min(svg.find("<g class=\"panel\">", at + 1), svg.find("<g class=\"colorbar\">", at));
     EXPECT_EQ(count(svg.substr(at, end - at), "<rect "), 3 * 4) << "panel " << p;
     at = end;
   }
