@@ -12,6 +12,7 @@ namespace {
 constexpr Rgb kViridis[] = {{68, 1, 84},    {71, 44, 122},  {59, 81, 139},
                             {44, 113, 142}, {33, 144, 141}, {39, 173, 129},
                             {92, 200, 99},  {170, 220, 50}, {253, 231, 37}};
+// Intervals between control points; t * kSegments picks one.
 constexpr int kSegments = static_cast<int>(std::size(kViridis)) - 1;
 
 std::uint8_t mix(std::uint8_t a, std::uint8_t b, double f) {

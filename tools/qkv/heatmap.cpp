@@ -35,6 +35,7 @@ std::vector<std::string> split_words(const std::string& text) {
   return words;
 }
 
+// The tensor named `name`, or the file's only tensor when no name is given; any shape.
 Tensor pick_tensor(const NamedTensors& tensors, const std::string& name, const std::string& file) {
   if (!name.empty()) {
     const auto found = tensors.find(name);
@@ -43,13 +44,15 @@ Tensor pick_tensor(const NamedTensors& tensors, const std::string& name, const s
   }
   if (tensors.size() == 1) return tensors.begin()->second;
   std::string names;
-  for (const auto& [tensor_name, tensor] : tensors)
-    names += (names.empty() ? "" : ", ") + tensor_name;
+  for (const auto& entry : tensors) {
+    names += (names.empty() ? "" : ", ") + entry.first;
+  }
   throw Error("--tensor",
               "a name, as " + file + " holds " + std::to_string(tensors.size()) + " tensors",
               names.empty() ? "none" : names);
 }
 
+// The tensor drawn is [R, C], [H, R, C] or [B, H, R, C] (one batch entry), or one head of it.
 void run(const HeatmapArgs& args, bool head_given, bool batch_given) {
   Tensor weights = pick_tensor(load_safetensors(args.file).tensors, args.tensor, args.file);
   const std::string shape = weights.describe();
