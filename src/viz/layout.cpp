@@ -87,15 +87,15 @@ HeatmapLayout heatmap_layout(std::int64_t rows, std::int64_t cols, std::int64_t 
                      " x " + std::to_string(cols) + " cells of " + std::to_string(cell) + " px");
   };
   // Checked before any product of sizes, so none overflows.
-  if (cell > kMaxPixels / std::max(rows, cols)) {
-    throw too_large("more");
+  if (cell > kMaxPixels / std::max(rows, cols) || panels > kMaxPixels / (cols * cell)) {
+    throw too_large("over 2^26 pixels");
   }
 
   HeatmapLayout layout;
   // Rows are a text line apart at least; columns either as far apart as their widest label
   // (horizontal) or a text line apart (vertical), whichever labels more of them.
   const std::int64_t y_step = ceil_div(kH, cell);
-  const std::int64_t x_step_horizontal = ceil_div(x_text + 2, cell);
+  const std::int64_t x_step_horizontal = ceil_div(x_text + kTextPad, cell);
   const std::int64_t x_step_vertical = ceil_div(kH, cell);
   layout.x_labels_vertical = x_step_horizontal > x_step_vertical;
   const std::int64_t x_step = layout.x_labels_vertical ? x_step_vertical : x_step_horizontal;
@@ -117,7 +117,7 @@ HeatmapLayout heatmap_layout(std::int64_t rows, std::int64_t cols, std::int64_t 
   const std::int64_t bar_x = x + 2 * kMargin;  // as far from the last grid as panels are apart
   const std::int64_t bar_h = std::max<std::int64_t>(grid_h, kMinBarHeight);
   const std::int64_t width =
-      std::max<std::int64_t>(bar_x + kBarWidth + kTickLength + 2 + kTickChars * font::kWidth,
+      std::max<std::int64_t>(bar_x + kBarWidth + kTickLength + kTextPad + kTickChars * font::kWidth,
                              kMargin + text_width(options.title)) +
       kMargin;
   // The lowest tick label reaches half a line below the bar.

@@ -14,6 +14,7 @@ inline constexpr int kMargin = 10;         // around the figure, so nothing touc
 inline constexpr int kGap = 4;             // between a grid and its labels or its panel title
 inline constexpr int kTitleGap = 6;        // below the figure title, more than kGap to set it apart
 inline constexpr int kTickLength = 4;      // color bar tick marks
+inline constexpr int kTextPad = 2;         // between neighbouring labels, and a tick and its label
 inline constexpr int kBarWidth = 14;       // the color bar: about two characters
 inline constexpr int kMinBarHeight = 100;  // a short grid (1 or 2 rows) still gets a readable bar
 inline constexpr int kTickCount = 5;       // vmin, three quarters between, vmax

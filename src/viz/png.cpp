@@ -120,7 +120,7 @@ void draw(const Figure& figure, Canvas& canvas) {
   const int bar_right = bar_x + layout.colorbar_width;
   for (const Figure::Tick& tick : figure.ticks) {
     canvas.fill(bar_right, tick.y, kTickLength, 1, kInk);
-    canvas.text(bar_right + kTickLength + 2, tick.y - kH / 2, tick.label, kInk);
+    canvas.text(bar_right + kTickLength + kTextPad, tick.y - kH / 2, tick.label, kInk);
   }
 }
 

@@ -127,7 +127,7 @@ std::string render(const Figure& figure) {
   for (const Figure::Tick& tick : figure.ticks) {
     out << "<line x1=\"" << bar_right << "\" y1=\"" << tick.y + 0.5 << "\" x2=\""
         << bar_right + kTickLength << "\" y2=\"" << tick.y + 0.5 << "\" stroke=\"#202020\"/>\n";
-    text(out, bar_right + kTickLength + 2, tick.y - kH / 2, "start", tick.label);
+    text(out, bar_right + kTickLength + kTextPad, tick.y - kH / 2, "start", tick.label);
   }
   out << "</g>\n</svg>\n";
   return out.str();
