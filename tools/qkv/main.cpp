@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   qkv::cli::add_demo(app);
   qkv::cli::add_translate(app);
   qkv::cli::add_info(app);
+  qkv::cli::add_heatmap(app);
 #ifdef QKV_WITH_BENCH
   qkv::cli::add_bench(app);
 #endif

@@ -8,6 +8,8 @@ namespace qkv::cli {
 void add_info(CLI::App& app);
 void add_demo(CLI::App& app);       // the main job: train, evaluate, draw
 void add_translate(CLI::App& app);  // a model saved by demo, on new sentences
+// qkv heatmap FILE.safetensors: attention weights drawn as PNG or SVG (qkv::viz).
+void add_heatmap(CLI::App& app);
 // Built with QKV_BUILD_BENCH (it needs bench/qkv_bench); main.cpp registers it when present.
 void add_bench(CLI::App& app);
 
