@@ -44,6 +44,29 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
 // are 0 along the summed dimensions; the walk is an odometer over g's row-major order.
 Tensor sum_to(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
+  // Summing over leading dimensions only (a bias's gradient [N] from [B, T, N]): rows of the
+  // contiguous gradient added into one row, a loop the compiler vectorizes.
+  std::size_t first = 0;
+  while (first < shape.size() && shape[first] == 1) ++first;
+  const std::size_t kept = shape.size() - first;
+  if (kept <= g.shape().size() &&
+      std::equal(shape.begin() + static_cast<std::ptrdiff_t>(first), shape.end(),
+                 g.shape().end() - static_cast<std::ptrdiff_t>(kept))) {
+    Tensor out = Tensor::zeros(shape, g.dtype());
+    std::int64_t period = 1;
+    for (std::size_t d = first; d < shape.size(); ++d) period *= shape[d];
+    if (period == 0) return out;
+    dispatch(g.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      const Tensor gc = g.contiguous();
+      const T* in = gc.data_as<T>();
+      T* o = out.data_as<T>();
+      for (std::int64_t start = 0; start < g.numel(); start += period) {
+        for (std::int64_t j = 0; j < period; ++j) o[j] += in[start + j];
+      }
+    });
+    return out;
+  }
   const std::size_t rank = g.shape().size();
   const std::size_t lead = rank - shape.size();
   Tensor out = Tensor::zeros(shape, g.dtype());
