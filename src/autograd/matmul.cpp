@@ -55,14 +55,23 @@ Var matmul(const Var& a, const Var& b) {
   const bool shared_b = numel_of(b_batch) == 1 && a_batch == batch;
   const DType dtype = a.dtype();
 
+  // A shared b that is the transpose of a contiguous [N, K] matrix (a Linear layer's W^T) is read
+  // in place, the gemm transposing it: copying W made up 40% of a decoder step at one token
+  // (perf of qkv translate, 2026-11-23).
+  const bool b_transposed = shared_b && b.dim() == 2 && !b.value().is_contiguous() &&
+                            b.value().transpose(0, 1).is_contiguous();
   const Tensor av = kernels::broadcast_to(a.value(), a_full);
-  const Tensor bv =
-      shared_b ? b.value().reshape({K, N}).contiguous() : kernels::broadcast_to(b.value(), b_full);
+  const Tensor bv = b_transposed ? b.value().transpose(0, 1)  // [N, K]
+                    : shared_b   ? b.value().reshape({K, N}).contiguous()
+                                 : kernels::broadcast_to(b.value(), b_full);
   Tensor out = Tensor::empty(out_shape, dtype);
   kernels::dispatch(dtype, [&](auto zero) {
     using T = decltype(zero);
     // out[p] = a[p] @ b[p]
-    if (shared_b) {
+    if (b_transposed) {
+      kernels::gemm(false, true, P * M, N, K, av.data_as<T>(), K, bv.data_as<T>(), K,
+                    out.data_as<T>(), N);
+    } else if (shared_b) {
       kernels::gemm(false, false, P * M, N, K, av.data_as<T>(), K, bv.data_as<T>(), N,
                     out.data_as<T>(), N);
     } else {
@@ -80,8 +89,13 @@ Var matmul(const Var& a, const Var& b) {
       using T = decltype(zero);
       if (shared_b) {
         // out = a @ b with a as [P * M, K]: da = dout @ b^T, db = a^T @ dout
-        kernels::gemm(false, true, P * M, K, N, g.data_as<T>(), N, bv.data_as<T>(), N,
-                      da.data_as<T>(), K);
+        if (b_transposed) {  // bv is b^T [N, K] already
+          kernels::gemm(false, false, P * M, K, N, g.data_as<T>(), N, bv.data_as<T>(), K,
+                        da.data_as<T>(), K);
+        } else {
+          kernels::gemm(false, true, P * M, K, N, g.data_as<T>(), N, bv.data_as<T>(), N,
+                        da.data_as<T>(), K);
+        }
         kernels::gemm(true, false, K, N, P * M, av.data_as<T>(), K, g.data_as<T>(), N,
                       db.data_as<T>(), N);
       } else {

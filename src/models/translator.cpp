@@ -75,18 +75,29 @@ void DecoderCache::select(const std::vector<std::int64_t>& rows) {
   for (const std::int64_t r : rows) {
     if (r < 0 || r >= n) throw Error("rows", "indices in [0, " + str(n) + ")", str(r));
   }
-  const auto gather = [&](Tensor& t) {
+  bool identity = static_cast<std::int64_t>(rows.size()) == n;
+  for (std::size_t i = 0; identity && i < rows.size(); ++i) {
+    identity = rows[i] == static_cast<std::int64_t>(i);
+  }
+  if (identity) return;  // beam search keeping every hypothesis in place (always, at width 1)
+  // t [N, T, ...] -> [rows, T, ...]; only positions [0, valid) hold anything (the self-attention
+  // caches are filled up to length), the rest stays unwritten.
+  const auto gather = [&](Tensor& t, std::int64_t valid) {
     Shape shape = t.shape();
     shape[0] = static_cast<std::int64_t>(rows.size());
     Tensor out = Tensor::empty(shape, t.dtype());
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      Tensor row = out.slice(0, static_cast<std::int64_t>(i), static_cast<std::int64_t>(i) + 1);
-      row.copy_from(t.slice(0, rows[i], rows[i] + 1));
+      const auto r = static_cast<std::int64_t>(i);
+      Tensor row = out.slice(0, r, r + 1).slice(1, 0, valid);
+      row.copy_from(t.slice(0, rows[i], rows[i] + 1).slice(1, 0, valid));
     }
     t = out;
   };
-  for (auto* tensors : {&self_k, &self_v, &cross_k, &cross_v}) {
-    for (Tensor& t : *tensors) gather(t);
+  for (auto* tensors : {&self_k, &self_v}) {
+    for (Tensor& t : *tensors) gather(t, length);
+  }
+  for (auto* tensors : {&cross_k, &cross_v}) {
+    for (Tensor& t : *tensors) gather(t, t.size(1));
   }
   std::vector<std::int64_t> lengths;
   for (const std::int64_t r : rows) lengths.push_back(source_lengths[static_cast<std::size_t>(r)]);
