@@ -34,31 +34,26 @@ namespace {
 // Any dtype, any strides, read-only, on the CPU: nanobind accepts it as it is, without a copy.
 using Array = nb::ndarray<nb::ro, nb::device::cpu>;
 
+// "float16", "int64", "bool": how a rejected dtype is named in an error.
 std::string dlpack_dtype_name(nb::dlpack::dtype d) {
-  const char* code = "other";
-  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
-    case nb::dlpack::dtype_code::Int:
-      code = "int";
-      break;
-    case nb::dlpack::dtype_code::UInt:
-      code = "uint";
-      break;
-    case nb::dlpack::dtype_code::Float:
-      code = "float";
-      break;
-    case nb::dlpack::dtype_code::Bfloat:
-      code = "bfloat";
-      break;
-    case nb::dlpack::dtype_code::Complex:
-      code = "complex";
-      break;
-    case nb::dlpack::dtype_code::Bool:
-      code = "bool";
-      break;
+  using Code = nb::dlpack::dtype_code;
+  const std::string bits = std::to_string(d.bits);
+  switch (static_cast<Code>(d.code)) {
+    case Code::Int:
+      return "int" + bits;
+    case Code::UInt:
+      return "uint" + bits;
+    case Code::Float:
+      return "float" + bits;
+    case Code::Bfloat:
+      return "bfloat" + bits;
+    case Code::Complex:
+      return "complex" + bits;
+    case Code::Bool:
+      return "bool";
     default:
-      break;
+      return "dtype code " + std::to_string(d.code) + " of " + bits + " bits";
   }
-  return std::string(code) + std::to_string(d.bits);
 }
 
 // float32 and float64 (and bool where a mask is expected) map onto qkv's dtypes.
@@ -91,10 +86,8 @@ nb::dlpack::dtype dlpack_dtype(qkv::DType dtype) {
       return nb::dtype<double>();
     case qkv::DType::f32:
       return nb::dtype<float>();
-    case qkv::DType::boolean:
-      return nb::dtype<bool>();
     default:
-      throw qkv::Error("output", "float32, float64 or bool", "another dtype");
+      throw qkv::Error("output", "float32 or float64", std::string(qkv::dtype_name(dtype)));
   }
 }
 
@@ -115,8 +108,8 @@ nb::object wrap(const qkv::Tensor& t, bool torch) {
   return torch ? wrap_as<nb::pytorch>(t) : wrap_as<nb::numpy>(t);
 }
 
-// The keyword options of qkv.attention, as qkv::AttentionOptions. mask and bias are views of
-// the caller's arrays, alive for the duration of the call.
+// The keyword options of qkv.attention, turned into qkv::AttentionOptions for each call. mask and
+// bias hold references to the caller's arrays, which to_qkv() views in place.
 struct Options {
   std::optional<std::string> causal;
   std::optional<std::pair<std::int64_t, std::int64_t>> window;
