@@ -103,6 +103,7 @@ def make_inputs(case: Case, seed: int = 0) -> Dict[str, Any]:
 
 def reference(case: Case, x: Dict[str, Any], dtype: torch.dtype):
     """The torch-primitive formula in dtype: out, lse and the gradients of <out, dout>."""
+
     def leaf(t: torch.Tensor) -> torch.Tensor:
         return t.to(dtype, copy=True).requires_grad_()
 
