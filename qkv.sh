@@ -13,7 +13,7 @@ packages=(
   g++ cmake ninja-build
   libgtest-dev libbenchmark-dev
   libhwy-dev libcli11-dev nlohmann-json3-dev libpng-dev
-  python3 python3-venv
+  python3 python3-venv python3-dev
   libblis-dev
 )
 
