@@ -155,6 +155,16 @@ def attention_weights(q: Array, k: Array, **options: Any) -> Array:
     return _qkv.weights(_array(q), _array(k), _options(**options), _is_torch(q))
 
 
+def _needs_grad(*arrays: Optional[Array]) -> bool:
+    # Whether torch's autograd is recording and one of the arrays asks for a gradient.
+    torch = sys.modules.get("torch")
+    return (
+        torch is not None
+        and torch.is_grad_enabled()
+        and any(isinstance(x, torch.Tensor) and x.requires_grad for x in arrays)
+    )
+
+
 def _swap_heads_and_time(x: Array) -> Array:
     # [B, H, T, D] <-> [B, T, H, D], as a view.
     return x.transpose(1, 2) if _is_torch(x) else x.swapaxes(1, 2)
@@ -174,7 +184,9 @@ def scaled_dot_product_attention(
     [B, Hq, Tq, D], key [B, Hk, Tk, D], value [B, Hk, Tk, Dv] -> [B, Hq, Tq, Dv]. A boolean
     attn_mask keeps where True, a float one is added; is_causal is top-left aligned; Hq != Hk
     needs enable_gqa. Dropout draws its seed from Python's `random` (random.seed() repeats it).
-    Unlike PyTorch, a row whose keys are all masked gives 0, not NaN."""
+    On torch tensors that require grad (with grad mode on) it runs through qkv.torch.attention,
+    so gradients reach query, key, value and a float attn_mask. Unlike PyTorch, a row whose keys
+    are all masked gives 0, not NaN."""
     for name, x in (("query", query), ("key", key), ("value", value)):
         if len(x.shape) != 4:
             raise ValueError(
@@ -192,10 +204,7 @@ def scaled_dot_product_attention(
     if attn_mask is not None:
         is_bool = str(attn_mask.dtype) in ("bool", "torch.bool")
         mask, bias = (attn_mask, None) if is_bool else (None, attn_mask)
-    out = attention(
-        _swap_heads_and_time(query),
-        _swap_heads_and_time(key),
-        _swap_heads_and_time(value),
+    options = dict(
         causal="top_left" if is_causal else None,
         mask=mask,
         bias=bias,
@@ -203,6 +212,11 @@ def scaled_dot_product_attention(
         dropout_p=dropout_p,
         seed=random.getrandbits(64) if dropout_p > 0 else 0,
     )
+    q, k, v = (_swap_heads_and_time(x) for x in (query, key, value))
+    if _needs_grad(query, key, value, bias):
+        out = importlib.import_module("qkv.torch").attention(q, k, v, **options)
+    else:
+        out = attention(q, k, v, **options)
     return _swap_heads_and_time(out)
 
 

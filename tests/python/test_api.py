@@ -127,6 +127,25 @@ def test_scaled_dot_product_attention_matches_torch(name: str, dtype: torch.dtyp
         check_f32(name, out, torch_out, ref64)
 
 
+def test_scaled_dot_product_attention_gradients() -> None:
+    """Tensors that require grad go through qkv.torch.attention: gradients to query, key, value
+    and a float mask, against PyTorch's own in float64."""
+    names = ("query", "key", "value", "attn_mask")
+    shapes = ((2, 4, 9, 8), (2, 2, 13, 8), (2, 2, 13, 6), (4, 9, 13))
+
+    def grads(fn):
+        leaves = [randn(*shape, seed=s).requires_grad_() for s, shape in enumerate(shapes)]
+        out = fn(*leaves[:3], attn_mask=leaves[3], enable_gqa=True)
+        assert out.requires_grad
+        (out * randn(*out.shape, seed=9)).sum().backward()
+        return [leaf.grad for leaf in leaves]
+
+    for name, got, ref in zip(
+        names, grads(qkv.scaled_dot_product_attention), grads(F.scaled_dot_product_attention)
+    ):
+        check_f64(name, got, ref)
+
+
 def test_scaled_dot_product_attention_numpy_and_dropout() -> None:
     q, k, v = (randn(1, 2, 6, 4, seed=s).numpy() for s in range(3))
     out = qkv.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
