@@ -4,6 +4,7 @@
 #                    after "demo" are passed on: ./qkv.sh demo --out /tmp/d)
 #   ./qkv.sh test    install what is missing, build, run the whole test suite
 #   ./qkv.sh setup   only install what is missing: Debian packages, the tests' Python venv
+#   ./qkv.sh python  build the Python package into build/venv and run its tests (tests/python)
 # Every step skips what is already done: packages present, build trees configured.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -13,7 +14,7 @@ packages=(
   g++ cmake ninja-build
   libgtest-dev libbenchmark-dev
   libhwy-dev libcli11-dev nlohmann-json3-dev libpng-dev
-  python3 python3-venv
+  python3 python3-venv python3-dev
   libblis-dev
 )
 
@@ -34,8 +35,10 @@ setup() {
   fi
 }
 
-# build/venv: Python with tests/requirements.txt (safetensors, numpy) for test_safetensors_python.
-# The stamp holds the hash of the requirements last installed, so a second run costs one import.
+# build/venv: Python with tests/requirements.txt: safetensors and numpy for
+# test_safetensors_python; nanobind, scikit-build-core, pytest and torch for the Python package
+# and its tests. The stamp holds the hash of the requirements last installed, so a second run
+# costs one import.
 setup_python() {
   local venv=build/venv requirements=tests/requirements.txt
   local stamp=build/venv/requirements.sha256
@@ -61,6 +64,25 @@ build() {  # build PRESET
   cmake --build --preset "$preset"
 }
 
+# The Python package (python/) in build/venv, linked against the release build's libqkv.a
+# (installed into build/release-prefix, so qkv is compiled once), its extension built in
+# build/python (kept: a rebuild compiles what changed). Re-installed only when the hash of its
+# sources and qkv's changes, so a second run costs a hash. Then its tests.
+python_tests() {
+  local venv=build/venv stamp=build/venv/qkv-package.sha256 hash
+  hash=$(find python src include cmake CMakeLists.txt -type f ! -name '*.pyc' -print0 |
+    sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
+    echo "qkv.sh: installing python/ into $venv"
+    cmake --install build/release --prefix build/release-prefix >/dev/null
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
+      --no-deps ./python -C build-dir="$PWD/build/python" \
+      -C cmake.define.QKV_PREFIX="$PWD/build/release-prefix"
+    echo "$hash" >"$stamp"
+  fi
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python
+}
+
 demo() {
   setup
   if [ ! -f build/release/build.ninja ]; then cmake --preset release; fi
@@ -71,9 +93,13 @@ demo() {
 
 run_tests() {
   setup
-  setup_python
+  # pip's downloads (torch and its CUDA libraries, ~3 GB) run while the compiler works.
+  setup_python &
+  local venv_job=$!
   build release
+  wait "$venv_job"
   ctest --preset release
+  python_tests
   # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer: bad input must never
   # crash or touch memory it should not.
   build asan
@@ -90,8 +116,14 @@ case "${1:-}" in
     setup
     setup_python
     ;;
+  python)
+    setup
+    setup_python
+    build release
+    python_tests
+    ;;
   *)
-    echo "usage: ./qkv.sh demo | test | setup" >&2
+    echo "usage: ./qkv.sh demo | test | setup | python" >&2
     exit 2
     ;;
 esac

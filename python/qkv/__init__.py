@@ -1,0 +1,227 @@
+"""qkv: scaled dot-product attention from qkv's C++ kernels, on numpy arrays and torch tensors.
+
+Layouts follow FlashAttention: q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv],
+out [B, Tq, Hq, Dv], lse [B, Hq, Tq]; any strides (a [B, H, T, D] array is passed as its
+transposed view), float32 or float64. Inputs are read where they are, never copied; outputs come
+back as the kind of array q is (numpy in, numpy out; torch in, torch out). Bad input raises
+ValueError with the C++ library's message ("k: expected head dim 64 (from q), got 80").
+
+The options compose; for query i and key j of batch b and head h (tq, tk the lengths of batch b):
+  s = scale * q_i . k_j (scale defaults to 1/sqrt(D)); softcap c > 0: s = c * tanh(s / c);
+  s += bias[b, h, i, j]; with alibi_slopes, s -= slope_h * |i + tk - tq - j|;
+  key j is dropped when j >= tk, i >= tq, mask[b, h, i, j] is False, causal excludes it
+  ("top_left": j > i; "bottom_right": j > i + tk - tq) or window = (left, right) does
+  (j < i + tk - tq - left or j > i + tk - tq + right; -1 is unbounded);
+  P = softmax over the kept keys; dropout keeps each P entry with probability 1 - dropout_p (a
+  Philox decision keyed by seed, b, h, i, j) and scales it by 1 / (1 - dropout_p);
+  out_i = sum_j P_ij v_j, the k/v head of query head h being h // (Hq // Hk).
+A row with every key dropped gives out 0, lse -inf and zero gradients.
+
+`import qkv.torch` (or `qkv.torch`) gives `qkv.torch.attention`, a torch.autograd.Function.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import sys
+from typing import Any, Optional, Sequence, Tuple
+
+from qkv import _qkv
+from qkv._qkv import __version__, get_num_threads, set_num_threads
+
+__all__ = [
+    "__version__",
+    "attention",
+    "attention_backward",
+    "attention_weights",
+    "get_num_threads",
+    "scaled_dot_product_attention",
+    "set_num_threads",
+]
+
+Array = Any  # a numpy.ndarray or a torch.Tensor on the CPU
+
+
+def _is_torch(x: Array) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _array(x: Array) -> Array:
+    # DLPack refuses a tensor that requires grad; detach() is a view, not a copy.
+    return x.detach() if _is_torch(x) else x
+
+
+def _ints(values: Optional[Sequence[int]]) -> list:
+    return [] if values is None else [int(n) for n in values]
+
+
+def _floats(values: Optional[Sequence[float]]) -> list:
+    return [] if values is None else [float(x) for x in values]
+
+
+def _options(
+    *,
+    causal: Optional[str] = None,
+    window: Optional[Tuple[int, int]] = None,
+    key_lengths: Optional[Sequence[int]] = None,
+    query_lengths: Optional[Sequence[int]] = None,
+    mask: Optional[Array] = None,
+    bias: Optional[Array] = None,
+    alibi_slopes: Optional[Sequence[float]] = None,
+    softcap: float = 0.0,
+    scale: Optional[float] = None,
+    dropout_p: float = 0.0,
+    seed: int = 0,
+    backend: str = "auto",
+) -> _qkv.Options:
+    options = _qkv.Options()
+    if causal is not None and not isinstance(causal, str):
+        raise ValueError(f"causal: expected None, 'top_left' or 'bottom_right', got {causal!r}")
+    options.causal = causal
+    if window is not None:
+        if len(window) != 2:
+            raise ValueError(f"window: expected (left, right), got {window!r}")
+        options.window = (int(window[0]), int(window[1]))
+    options.key_lengths = _ints(key_lengths)
+    options.query_lengths = _ints(query_lengths)
+    options.mask = None if mask is None else _array(mask)
+    options.bias = None if bias is None else _array(bias)
+    options.alibi_slopes = _floats(alibi_slopes)
+    options.softcap = float(softcap)
+    options.scale = None if scale is None else float(scale)
+    options.dropout_p = float(dropout_p)
+    if not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed: expected an integer in [0, 2**64), got {seed}")
+    options.seed = int(seed)
+    options.backend = backend
+    return options
+
+
+def attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    *,
+    causal: Optional[str] = None,
+    window: Optional[Tuple[int, int]] = None,
+    key_lengths: Optional[Sequence[int]] = None,
+    query_lengths: Optional[Sequence[int]] = None,
+    mask: Optional[Array] = None,
+    bias: Optional[Array] = None,
+    alibi_slopes: Optional[Sequence[float]] = None,
+    softcap: float = 0.0,
+    scale: Optional[float] = None,
+    dropout_p: float = 0.0,
+    seed: int = 0,
+    backend: str = "auto",
+    return_lse: bool = False,
+):
+    """q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv], or
+    (out, lse [B, Hq, Tq]) with return_lse. mask (bool, True keeps) and bias (added) broadcast
+    to [B, Hq, Tq, Tk]; backend is "auto" (the fused kernel), "cpu" or "reference"."""
+    options = _options(
+        causal=causal,
+        window=window,
+        key_lengths=key_lengths,
+        query_lengths=query_lengths,
+        mask=mask,
+        bias=bias,
+        alibi_slopes=alibi_slopes,
+        softcap=softcap,
+        scale=scale,
+        dropout_p=dropout_p,
+        seed=seed,
+        backend=backend,
+    )
+    out, lse = _qkv.forward(_array(q), _array(k), _array(v), options, _is_torch(q))
+    return (out, lse) if return_lse else out
+
+
+def attention_backward(
+    dout: Array, q: Array, k: Array, v: Array, out: Array, lse: Array, **options: Any
+) -> tuple:
+    """dout [B, Tq, Hq, Dv], q, k, v, out and lse as attention(..., return_lse=True) took and
+    gave them, with the same keyword options (seed included) -> (dq, dk, dv), and dbias in the
+    bias's own shape as a fourth element when a bias is given."""
+    arrays = [_array(x) for x in (dout, q, k, v, out, lse)]
+    return _qkv.backward(*arrays, _options(**options), _is_torch(q))
+
+
+def attention_weights(q: Array, k: Array, **options: Any) -> Array:
+    """q [B, Tq, Hq, D], k [B, Tk, Hk, D] -> P [B, Hq, Tq, Tk], the attention probabilities
+    (before dropout) under the same keyword options as attention()."""
+    return _qkv.weights(_array(q), _array(k), _options(**options), _is_torch(q))
+
+
+def _needs_grad(*arrays: Optional[Array]) -> bool:
+    # Whether torch's autograd is recording and one of the arrays asks for a gradient.
+    torch = sys.modules.get("torch")
+    return (
+        torch is not None
+        and torch.is_grad_enabled()
+        and any(isinstance(x, torch.Tensor) and x.requires_grad for x in arrays)
+    )
+
+
+def _swap_heads_and_time(x: Array) -> Array:
+    # [B, H, T, D] <-> [B, T, H, D], as a view.
+    return x.transpose(1, 2) if _is_torch(x) else x.swapaxes(1, 2)
+
+
+def scaled_dot_product_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    attn_mask: Optional[Array] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    enable_gqa: bool = False,
+) -> Array:
+    """torch.nn.functional.scaled_dot_product_attention's layout and semantics: query
+    [B, Hq, Tq, D], key [B, Hk, Tk, D], value [B, Hk, Tk, Dv] -> [B, Hq, Tq, Dv]. A boolean
+    attn_mask keeps where True, a float one is added; is_causal is top-left aligned; Hq != Hk
+    needs enable_gqa. Dropout draws its seed from Python's `random` (random.seed() repeats it).
+    On torch tensors that require grad (with grad mode on) it runs through qkv.torch.attention,
+    so gradients reach query, key, value and a float attn_mask. Unlike PyTorch, a row whose keys
+    are all masked gives 0, not NaN."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if len(x.shape) != 4:
+            raise ValueError(
+                f"{name}: expected 4 dimensions [B, H, T, D], got {len(x.shape)} dimensions "
+                f"{list(x.shape)}"
+            )
+    if not enable_gqa and query.shape[1] != key.shape[1]:
+        raise ValueError(
+            f"key: expected {query.shape[1]} heads (from query; enable_gqa=True allows fewer), "
+            f"got {key.shape[1]}"
+        )
+    if is_causal and attn_mask is not None:
+        raise ValueError("attn_mask: expected None with is_causal=True (as PyTorch), got a mask")
+    mask = bias = None
+    if attn_mask is not None:
+        is_bool = str(attn_mask.dtype) in ("bool", "torch.bool")
+        mask, bias = (attn_mask, None) if is_bool else (None, attn_mask)
+    options = dict(
+        causal="top_left" if is_causal else None,
+        mask=mask,
+        bias=bias,
+        scale=scale,
+        dropout_p=dropout_p,
+        seed=random.getrandbits(64) if dropout_p > 0 else 0,
+    )
+    q, k, v = (_swap_heads_and_time(x) for x in (query, key, value))
+    if _needs_grad(query, key, value, bias):
+        out = importlib.import_module("qkv.torch").attention(q, k, v, **options)
+    else:
+        out = attention(q, k, v, **options)
+    return _swap_heads_and_time(out)
+
+
+def __getattr__(name: str) -> Any:
+    # qkv.torch imports torch, so it is loaded on first use: `import qkv` works without torch.
+    if name == "torch":
+        return importlib.import_module("qkv.torch")
+    raise AttributeError(f"module 'qkv' has no attribute {name!r}")

@@ -1,0 +1,80 @@
+"""qkv's kernels inside PyTorch's autograd (CPU tensors, float32 or float64).
+
+    import qkv.torch
+    out = qkv.torch.attention(q, k, v, causal="bottom_right", bias=bias)  # [B, Tq, Hq, Dv]
+    out.sum().backward()  # q.grad, k.grad, v.grad, bias.grad from qkv's fused backward
+
+The forward saves out and lse, and the backward is qkv's attention_backward with the same
+options (dropout regenerates the same mask from the seed).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Tuple
+
+import torch
+from torch.autograd.function import once_differentiable
+
+import qkv
+from qkv import _qkv
+
+__all__ = ["AttentionFunction", "attention"]
+
+
+class AttentionFunction(torch.autograd.Function):
+    """q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv], bias (or None) broadcastable to
+    [B, Hq, Tq, Tk], options (a dict of qkv.attention's keywords other than bias)
+    -> out [B, Tq, Hq, Dv]; gradients flow to q, k, v and bias."""
+
+    @staticmethod
+    def forward(ctx: Any, q, k, v, bias, options: dict):
+        o = qkv._options(bias=bias, **options)
+        out, lse = _qkv.forward(q.detach(), k.detach(), v.detach(), o, True)
+        ctx.save_for_backward(q, k, v, bias, out, lse)
+        ctx.options = options
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, dout):
+        q, k, v, bias, out, lse = ctx.saved_tensors
+        o = qkv._options(bias=bias, **ctx.options)
+        grads = _qkv.backward(dout, q.detach(), k.detach(), v.detach(), out, lse, o, True)
+        dbias = grads[3] if bias is not None else None
+        return grads[0], grads[1], grads[2], dbias, None
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: Optional[str] = None,
+    window: Optional[Tuple[int, int]] = None,
+    key_lengths: Optional[Sequence[int]] = None,
+    query_lengths: Optional[Sequence[int]] = None,
+    mask: Optional[torch.Tensor] = None,
+    bias: Optional[torch.Tensor] = None,
+    alibi_slopes: Optional[Sequence[float]] = None,
+    softcap: float = 0.0,
+    scale: Optional[float] = None,
+    dropout_p: float = 0.0,
+    seed: int = 0,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """qkv.attention's arguments and semantics on torch tensors, differentiable in q, k, v and
+    bias through torch.autograd -> out [B, Tq, Hq, Dv]."""
+    options = dict(
+        causal=causal,
+        window=window,
+        key_lengths=key_lengths,
+        query_lengths=query_lengths,
+        mask=mask,
+        alibi_slopes=alibi_slopes,
+        softcap=softcap,
+        scale=scale,
+        dropout_p=dropout_p,
+        seed=seed,
+        backend=backend,
+    )
+    return AttentionFunction.apply(q, k, v, bias, options)

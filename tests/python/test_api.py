@@ -1,0 +1,211 @@
+"""The Python surface: array kinds in and out, strides without copies, PyTorch's
+scaled_dot_product_attention, errors as ValueError with the C++ message, threads, and
+`import qkv` without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import qkv
+from reference import attention_ref, check_f32, check_f64
+
+
+def randn(*shape, dtype=torch.float64, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def test_numpy_in_numpy_out() -> None:
+    q, k, v = (randn(2, 9, 4, 8, seed=s).numpy() for s in range(3))
+    out, lse = qkv.attention(q, k, v, causal="top_left", return_lse=True)
+    assert isinstance(out, np.ndarray) and isinstance(lse, np.ndarray)
+    assert out.dtype == np.float64 and out.shape == (2, 9, 4, 8) and lse.shape == (2, 4, 9)
+    ref = attention_ref(*(torch.from_numpy(x) for x in (q, k, v)), causal="top_left")[0]
+    check_f64("out", torch.from_numpy(out), ref)
+    grads = qkv.attention_backward(np.ones_like(out), q, k, v, out, lse, causal="top_left")
+    assert all(isinstance(g, np.ndarray) for g in grads)
+    p = qkv.attention_weights(q.astype(np.float32), k.astype(np.float32))
+    assert isinstance(p, np.ndarray) and p.dtype == np.float32 and p.shape == (2, 4, 9, 9)
+
+
+def test_torch_in_torch_out() -> None:
+    q, k, v = (randn(1, 5, 2, 4, dtype=torch.float32, seed=s) for s in range(3))
+    out, lse = qkv.attention(q, k, v, return_lse=True)
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+    assert isinstance(lse, torch.Tensor) and lse.shape == (1, 2, 5)
+    assert not out.requires_grad
+    dq, dk, dv = qkv.attention_backward(torch.ones_like(out), q, k, v, out, lse)
+    assert all(isinstance(g, torch.Tensor) for g in (dq, dk, dv))
+
+
+def test_bhtd_views_are_read_without_a_copy() -> None:
+    """A [B, H, T, D] tensor transposed to [B, T, H, D] reaches the kernel as it is."""
+    q_bhtd, k_bhtd, v_bhtd = (randn(2, 3, 11, 8, seed=s) for s in range(3))
+    q, k, v = (x.transpose(1, 2) for x in (q_bhtd, k_bhtd, v_bhtd))
+    assert not q.is_contiguous()
+    address, strides = qkv._qkv.array_view(q)
+    assert address == q.data_ptr() and strides == list(q.stride())
+    out = qkv.attention(q, k, v, causal="bottom_right")
+    ref = attention_ref(q.contiguous(), k.contiguous(), v.contiguous(), causal="bottom_right")[0]
+    check_f64("out", out, ref)
+
+    q_np = q_bhtd.numpy().swapaxes(1, 2)
+    address, strides = qkv._qkv.array_view(q_np)
+    assert address == q_np.ctypes.data
+    assert strides == [s // q_np.itemsize for s in q_np.strides]
+
+
+def test_odd_strides_numpy() -> None:
+    """Every other element, reversed time, a broadcast (stride 0) key head: no copies, same
+    results as contiguous copies."""
+    base = randn(2, 20, 3, 16, seed=1).numpy()
+    q = base[:, ::2, :, ::2]  # [2, 10, 3, 8], strided
+    k = randn(2, 7, 3, 8, seed=2).numpy()[:, ::-1]  # negative time stride
+    v = np.broadcast_to(randn(2, 7, 1, 5, seed=3).numpy(), (2, 7, 3, 5))  # stride 0 over heads
+    assert qkv._qkv.array_view(k)[1][1] < 0 and qkv._qkv.array_view(v)[1][2] == 0
+    out = qkv.attention(q, k, v, causal="bottom_right")
+    expected = qkv.attention(*(np.ascontiguousarray(x) for x in (q, k, v)), causal="bottom_right")
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-13)
+
+
+def test_torch_autograd_through_views() -> None:
+    """qkv.torch.attention on [B, H, T, D] leaves viewed as [B, T, H, D]: gradients arrive in
+    the leaves' own layout."""
+    leaves = [randn(2, 4, 9, 8, seed=s).requires_grad_() for s in range(3)]
+    out = qkv.torch.attention(*(x.transpose(1, 2) for x in leaves), causal="top_left")
+    out.square().sum().backward()
+    ref_leaves = [x.detach().clone().requires_grad_() for x in leaves]
+    ref = attention_ref(*(x.transpose(1, 2) for x in ref_leaves), causal="top_left")[0]
+    ref.square().sum().backward()
+    for a, b in zip(leaves, ref_leaves):
+        check_f64("grad", a.grad, b.grad)
+
+
+SDPA_CASES = {
+    "plain": dict(Tq=13, Tk=13, Hk=4),
+    "causal Tq<Tk (top-left)": dict(Tq=7, Tk=19, Hk=4, is_causal=True),
+    "causal Tq>Tk (top-left)": dict(Tq=19, Tk=7, Hk=4, is_causal=True),
+    "bool mask": dict(Tq=13, Tk=17, Hk=4, mask="bool"),
+    "float mask": dict(Tq=13, Tk=17, Hk=4, mask="float"),
+    "GQA": dict(Tq=13, Tk=13, Hk=2, enable_gqa=True),
+    "scale": dict(Tq=13, Tk=13, Hk=4, scale=0.2),
+}
+
+
+@pytest.mark.parametrize("name", SDPA_CASES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+def test_scaled_dot_product_attention_matches_torch(name: str, dtype: torch.dtype) -> None:
+    c = dict(SDPA_CASES[name])
+    Tq, Tk, Hk = c.pop("Tq"), c.pop("Tk"), c.pop("Hk")
+    q64, k64, v64 = (
+        randn(2, 4, Tq, 16, seed=0),
+        randn(2, Hk, Tk, 16, seed=1),
+        randn(2, Hk, Tk, 16, seed=2),
+    )
+    mask = c.pop("mask", None)
+    if mask == "bool":
+        c["attn_mask"] = (randn(Tq, Tk, seed=4) > -1.0).unsqueeze(0)  # [1, Tq, Tk]
+    elif mask == "float":
+        c["attn_mask"] = randn(2, 1, Tq, Tk, seed=4)
+
+    def cast(x):
+        return x.to(dtype) if x.is_floating_point() else x
+
+    ref64 = F.scaled_dot_product_attention(q64, k64, v64, **c)
+    c32 = {n: cast(x) if isinstance(x, torch.Tensor) else x for n, x in c.items()}
+    torch_out = F.scaled_dot_product_attention(cast(q64), cast(k64), cast(v64), **c32)
+    out = qkv.scaled_dot_product_attention(cast(q64), cast(k64), cast(v64), **c32)
+    assert out.shape == ref64.shape and out.dtype == dtype
+    if dtype == torch.float64:
+        check_f64(name, out, ref64)
+    else:
+        check_f32(name, out, torch_out, ref64)
+
+
+def test_scaled_dot_product_attention_gradients() -> None:
+    """Tensors that require grad go through qkv.torch.attention: gradients to query, key, value
+    and a float mask, against PyTorch's own in float64."""
+    names = ("query", "key", "value", "attn_mask")
+    shapes = ((2, 4, 9, 8), (2, 2, 13, 8), (2, 2, 13, 6), (4, 9, 13))
+
+    def grads(fn):
+        leaves = [randn(*shape, seed=s).requires_grad_() for s, shape in enumerate(shapes)]
+        out = fn(*leaves[:3], attn_mask=leaves[3], enable_gqa=True)
+        assert out.requires_grad
+        (out * randn(*out.shape, seed=9)).sum().backward()
+        return [leaf.grad for leaf in leaves]
+
+    for name, got, ref in zip(
+        names, grads(qkv.scaled_dot_product_attention), grads(F.scaled_dot_product_attention)
+    ):
+        check_f64(name, got, ref)
+
+
+def test_scaled_dot_product_attention_numpy_and_dropout() -> None:
+    q, k, v = (randn(1, 2, 6, 4, seed=s).numpy() for s in range(3))
+    out = qkv.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert isinstance(out, np.ndarray) and out.shape == (1, 2, 6, 4)
+    ref = F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)))
+    assert not np.allclose(out, ref.numpy()), "dropout_p=0.5 dropped nothing"
+
+
+def test_errors_are_value_errors_with_the_cpp_message() -> None:
+    q, k, v = randn(1, 4, 2, 16), randn(1, 4, 2, 8), randn(1, 4, 2, 16)
+    with pytest.raises(ValueError, match=r"^k: expected head dim 16 \(from q\), got 8$"):
+        qkv.attention(q, k, v)
+    k = randn(1, 4, 2, 16)
+    with pytest.raises(ValueError, match=r"^q: expected 4 dimensions \[B, T, H, D\], got 3"):
+        qkv.attention(q[0], k, v)
+    with pytest.raises(ValueError, match=r"^q: expected float32 or float64, got int64$"):
+        qkv.attention(q.long(), k, v)
+    with pytest.raises(ValueError, match=r"^causal: expected None, 'top_left' or 'bottom_right'"):
+        qkv.attention(q, k, v, causal="diagonal")
+    with pytest.raises(ValueError, match=r"^backend: expected 'auto', 'cpu' or 'reference'"):
+        qkv.attention(q, k, v, backend="gpu")
+    with pytest.raises(ValueError, match=r"^mask: expected bool, got float64$"):
+        qkv.attention(q, k, v, mask=randn(4, 4))
+    with pytest.raises(ValueError, match=r"^options.bias: expected a shape broadcastable"):
+        qkv.attention(q, k, v, bias=randn(3, 4))
+    with pytest.raises(ValueError, match=r"^options.dropout_p: expected a probability in \[0, 1\)"):
+        qkv.attention(q, k, v, dropout_p=1.0)
+    with pytest.raises(ValueError, match=r"^options.window.left: expected -1"):
+        qkv.attention(q, k, v, window=(-2, 0))
+    with pytest.raises(ValueError, match=r"^options.alibi_slopes: expected 2 slopes"):
+        qkv.attention(q, k, v, alibi_slopes=[0.5])
+    with pytest.raises(ValueError, match=r"^key: expected 2 heads \(from query"):
+        qkv.scaled_dot_product_attention(randn(1, 2, 4, 8), randn(1, 1, 4, 8), randn(1, 1, 4, 8))
+    out, lse = qkv.attention(q, k, v, return_lse=True)
+    with pytest.raises(ValueError, match=r"^lse: "):
+        qkv.attention_backward(out, q, k, v, out, lse[:, :, :2])
+
+
+def test_threads() -> None:
+    before = qkv.get_num_threads()
+    qkv.set_num_threads(1)
+    assert qkv.get_num_threads() == 1
+    qkv.set_num_threads(before)
+    assert qkv.get_num_threads() == before
+    with pytest.raises(ValueError, match=r"^n: expected at least 1 thread, got 0$"):
+        qkv.set_num_threads(0)
+
+
+def test_import_without_torch() -> None:
+    """`import qkv` and numpy attention work where torch cannot be imported."""
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import numpy as np, qkv\n"
+        "x = np.ones((1, 3, 2, 4))\n"
+        "print(type(qkv.attention(x, x, x)).__name__)\n"
+        "try:\n"
+        "    qkv.torch\n"
+        "except ImportError:\n"
+        "    print('no torch')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["ndarray", "no", "torch"]
