@@ -44,11 +44,9 @@ TEST(SimdTargets, EveryTargetAgreesWithTheReference) {
   decode.Tq = 2;
   decode.Tk = 2100;
   decode.padding = false;
-  const std::int64_t supported = hwy::SupportedTargets();
   int tested = 0;
-  for (int bit = 0; bit < 63; ++bit) {
-    const std::int64_t target = std::int64_t{1} << bit;
-    if ((supported & target) == 0) continue;
+  // The targets this CPU runs that were compiled in (the asan preset compiles fewer).
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
     SCOPED_TRACE(hwy::TargetName(target));
     hwy::SetSupportedTargetsForTest(target);
     for (const FusedCase& fc : {c, decode}) {
