@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <numbers>
 #include <numeric>
 #include <string>
 
@@ -74,6 +76,9 @@ TrainReport train(Translator& model, const std::vector<Example>& examples,
   TrainReport report;
   const auto start = std::chrono::steady_clock::now();
   for (std::int64_t step = 0; step < options.steps; ++step) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (options.time_budget > 0 && elapsed >= options.time_budget) break;
     if (next == batches.size()) {
       batches = epoch_batches(examples, options.batch_size, g);
       next = 0;
@@ -99,8 +104,16 @@ TrainReport train(Translator& model, const std::vector<Example>& examples,
                 targets.begin() + static_cast<std::ptrdiff_t>(b) * target_in.length);
       tokens += static_cast<std::int64_t>(outputs[b].size());
     }
+    // With a time budget the cosine follows the elapsed fraction of it instead of the steps, so
+    // the decay ends when the time does however fast the steps turn out.
     const double lr =
-        nn::warmup_cosine_lr(step, options.lr, options.warmup_steps, options.steps, options.min_lr);
+        options.time_budget > 0 && step >= options.warmup_steps
+            ? options.min_lr + (options.lr - options.min_lr) *
+                                   (1 + std::cos(std::numbers::pi *
+                                                 std::min(1.0, elapsed / options.time_budget))) /
+                                   2
+            : nn::warmup_cosine_lr(step, options.lr, options.warmup_steps, options.steps,
+                                   options.min_lr);
     optimizer.options().lr = lr;
     optimizer.zero_grad();
     const Var memory = model.encode(source);
@@ -124,8 +137,9 @@ TrainReport train(Translator& model, const std::vector<Example>& examples,
       p.lr = lr;
       p.elapsed_seconds = report.seconds;
       p.tokens_per_second = static_cast<double>(report.target_tokens) / report.seconds;
-      p.eta_seconds = report.seconds / static_cast<double>(p.step) *
-                      static_cast<double>(options.steps - p.step);
+      p.eta_seconds = options.time_budget > 0 ? std::max(0.0, options.time_budget - report.seconds)
+                                              : report.seconds / static_cast<double>(p.step) *
+                                                    static_cast<double>(options.steps - p.step);
       on_step(p);
     }
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 namespace qkv::cli {
 
@@ -13,8 +14,10 @@ namespace {
 constexpr int kWidth = 30;  // characters of the bar itself
 }
 
-ProgressBar::ProgressBar(std::int64_t total)
-    : total_(total < 1 ? 1 : total), terminal_(isatty(STDOUT_FILENO) != 0) {}
+ProgressBar::ProgressBar(std::int64_t total, std::string unit)
+    : total_(total < 1 ? 1 : total),
+      unit_(std::move(unit)),
+      terminal_(isatty(STDOUT_FILENO) != 0) {}
 
 void ProgressBar::update(std::int64_t done, const std::string& text) {
   if (terminal_) {
@@ -31,13 +34,14 @@ void ProgressBar::update(std::int64_t done, const std::string& text) {
 void ProgressBar::finish(const std::string& text) { draw(total_, text, true); }
 
 void ProgressBar::draw(std::int64_t done, const std::string& text, bool newline) {
+  done = std::min(done, total_);
   const int filled = static_cast<int>(kWidth * done / total_);
   std::string bar(static_cast<std::size_t>(kWidth), ' ');
   for (int i = 0; i < filled; ++i) bar[static_cast<std::size_t>(i)] = '=';
   if (filled < kWidth) bar[static_cast<std::size_t>(filled)] = '>';
-  std::printf("%s[%s] %lld/%lld  %s%s", terminal_ ? "\r\033[K" : "", bar.c_str(),
-              static_cast<long long>(done), static_cast<long long>(total_), text.c_str(),
-              newline ? "\n" : "");
+  std::printf("%s[%s] %lld/%lld%s  %s%s", terminal_ ? "\r\033[K" : "", bar.c_str(),
+              static_cast<long long>(done), static_cast<long long>(total_), unit_.c_str(),
+              text.c_str(), newline ? "\n" : "");
   std::fflush(stdout);
 }
 

@@ -10,7 +10,8 @@ namespace qkv::cli {
 // in place (at most 10 times a second); otherwise (a log, CI) it prints a line at every 10%.
 class ProgressBar {
  public:
-  explicit ProgressBar(std::int64_t total);
+  // unit follows the counts ("340/1200 s"); "" for plain counts.
+  explicit ProgressBar(std::int64_t total, std::string unit = "");
   void update(std::int64_t done, const std::string& text);
   void finish(const std::string& text);  // the full bar and a newline
 
@@ -18,6 +19,7 @@ class ProgressBar {
   void draw(std::int64_t done, const std::string& text, bool newline);
 
   std::int64_t total_;
+  std::string unit_;
   bool terminal_;
   std::int64_t next_report_ = 0;  // not a terminal: the step of the next line
   std::chrono::steady_clock::time_point last_draw_{};
