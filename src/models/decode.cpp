@@ -37,15 +37,9 @@ std::vector<double> log_softmax(const float* logits, std::int64_t V) {
 // Per-step tensors [H, S] (or [V]) of one row -> stacked along a new time axis [H, T, S] ([T, V])
 Tensor stack_steps(const std::vector<Tensor>& steps, std::int64_t axis) {
   if (steps.empty()) return Tensor();
-  Shape shape = steps[0].shape();
-  shape.insert(shape.begin() + axis, static_cast<std::int64_t>(steps.size()));
-  Tensor out = Tensor::empty(shape, steps[0].dtype());
-  for (std::size_t t = 0; t < steps.size(); ++t) {
-    const auto i = static_cast<std::int64_t>(t);
-    Tensor slot = out.slice(axis, i, i + 1);
-    slot.copy_from(steps[t].unsqueeze(axis));
-  }
-  return out;
+  std::vector<Var> parts;
+  for (const Tensor& step : steps) parts.emplace_back(step.unsqueeze(axis));
+  return ag::concat(parts, axis).value();
 }
 
 // options.max_length, or the model's when 0

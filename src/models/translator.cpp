@@ -17,7 +17,7 @@ namespace {
 
 std::string str(std::int64_t n) { return std::to_string(n); }
 
-nn::TransformerLayerConfig encoder_layer_config(const TranslatorConfig& c) {
+nn::TransformerLayerConfig layer_config(const TranslatorConfig& c) {
   nn::TransformerLayerConfig l;
   l.d_model = c.d_model;
   l.nhead = c.heads;
@@ -27,12 +27,12 @@ nn::TransformerLayerConfig encoder_layer_config(const TranslatorConfig& c) {
   return l;
 }
 
-nn::MultiheadAttentionConfig attention_config(const TranslatorConfig& c) {
-  nn::MultiheadAttentionConfig a;
-  a.embed_dim = c.d_model;
-  a.num_heads = c.heads;
-  a.dropout = c.dropout;
-  return a;
+// The decoder's cross-attention: padded source words skipped by length, weights kept per head.
+nn::AttentionCall memory_call(const std::vector<std::int64_t>& source_lengths) {
+  nn::AttentionCall call;
+  call.key_lengths = source_lengths;
+  call.average_attn_weights = false;
+  return call;
 }
 
 TranslatorConfig checked(const TranslatorConfig& c) {
@@ -44,12 +44,6 @@ TranslatorConfig checked(const TranslatorConfig& c) {
   if (c.decoder_layers < 1) throw Error("decoder_layers", ">= 1", str(c.decoder_layers));
   if (c.max_length < 2) throw Error("max_length", ">= 2", str(c.max_length));
   return c;
-}
-
-// Copies src [N, T, H, D] into dst [N, *, H, D] at positions [start, start + T).
-void write_rows(Tensor& dst, const Tensor& src, std::int64_t start) {
-  Tensor window = dst.slice(1, start, start + src.size(1));
-  window.copy_from(src);
 }
 
 }  // namespace
@@ -93,85 +87,15 @@ void DecoderCache::select(const std::vector<std::int64_t>& rows) {
     }
     t = out;
   };
-  for (auto* tensors : {&self_k, &self_v}) {
-    for (Tensor& t : *tensors) gather(t, length);
-  }
-  for (auto* tensors : {&cross_k, &cross_v}) {
-    for (Tensor& t : *tensors) gather(t, t.size(1));
+  for (nn::DecoderLayerCache& layer : layers) {
+    gather(layer.self_k, length);
+    gather(layer.self_v, length);
+    gather(layer.cross_k, layer.cross_k.size(1));
+    gather(layer.cross_v, layer.cross_v.size(1));
   }
   std::vector<std::int64_t> lengths;
   for (const std::int64_t r : rows) lengths.push_back(source_lengths[static_cast<std::size_t>(r)]);
   source_lengths = std::move(lengths);
-}
-
-DecoderLayer::DecoderLayer(const TranslatorConfig& config, Generator& generator)
-    : self_attn_(attention_config(config), generator),
-      cross_attn_(attention_config(config), generator),
-      ff_(config.d_model, config.dim_feedforward, generator, nn::Activation::relu, config.dropout),
-      norm1_(config.d_model),
-      norm2_(config.d_model),
-      norm3_(config.d_model),
-      dropout1_(config.dropout, nn::draw_seed(generator)),
-      dropout2_(config.dropout, nn::draw_seed(generator)),
-      dropout3_(config.dropout, nn::draw_seed(generator)) {
-  register_module("self_attn", self_attn_);
-  register_module("multihead_attn", cross_attn_);
-  register_module("", ff_);
-  register_module("norm1", norm1_);
-  register_module("norm2", norm2_);
-  register_module("norm3", norm3_);
-  register_module("dropout1", dropout1_);
-  register_module("dropout2", dropout2_);
-  register_module("dropout3", dropout3_);
-}
-
-// x [B, T, E], memory [B, S, E] -> [B, T, E]
-Var DecoderLayer::forward(const Var& x, const Var& memory,
-                          const std::vector<std::int64_t>& source_lengths, Tensor* cross_weights) {
-  nn::AttentionCall self_call;
-  self_call.is_causal = true;
-  nn::AttentionCall cross_call;
-  cross_call.key_lengths = source_lengths;
-  cross_call.need_weights = cross_weights != nullptr;
-  cross_call.average_attn_weights = false;
-  const Var h1 = norm1_(x);
-  Var y = x + dropout1_(self_attn_.forward(h1, h1, h1, self_call).out);
-  const nn::AttentionResult cross = cross_attn_.forward(norm2_(y), memory, memory, cross_call);
-  if (cross_weights != nullptr) *cross_weights = cross.weights;
-  y = y + dropout2_(cross.out);
-  return y + dropout3_(ff_(norm3_(y)));
-}
-
-// memory [N, S, E] -> cache.cross_k[layer], cache.cross_v[layer] [N, S, H, D]
-void DecoderLayer::start(const Var& memory, DecoderCache& cache, std::size_t layer) const {
-  const auto [k, v] = cross_attn_.project_key_value(memory, memory);
-  cache.cross_k[layer] = k.value();
-  cache.cross_v[layer] = v.value();
-}
-
-// x [N, 1, E] -> [N, 1, E]
-Var DecoderLayer::step(const Var& x, DecoderCache& cache, std::size_t layer,
-                       Tensor* cross_weights) {
-  const std::int64_t position = cache.length - 1;
-  const Var h1 = norm1_(x);
-  const Var q = self_attn_.project_query(h1, position);
-  const auto [k, v] = self_attn_.project_key_value(h1, h1, position);
-  write_rows(cache.self_k[layer], k.value(), position);
-  write_rows(cache.self_v[layer], v.value(), position);
-  // The one new query sees every cached key: no causal mask is needed.
-  const Var keys(cache.self_k[layer].slice(1, 0, position + 1));
-  const Var values(cache.self_v[layer].slice(1, 0, position + 1));
-  Var y = x + self_attn_.attend(q, keys, values).out;
-  nn::AttentionCall cross_call;
-  cross_call.key_lengths = cache.source_lengths;
-  cross_call.need_weights = cross_weights != nullptr;
-  cross_call.average_attn_weights = false;
-  const Var q2 = cross_attn_.project_query(norm2_(y), position);
-  const nn::AttentionResult cross =
-      cross_attn_.attend(q2, Var(cache.cross_k[layer]), Var(cache.cross_v[layer]), cross_call);
-  if (cross_weights != nullptr) *cross_weights = cross.weights;
-  y = y + cross.out;
-  return y + ff_(norm3_(y));
 }
 
 Translator::Translator(const TranslatorConfig& config)
@@ -187,12 +111,13 @@ Translator::Translator(const TranslatorConfig& config)
   register_module("target_embedding", target_embedding_);
   for (std::int64_t l = 0; l < config_.encoder_layers; ++l) {
     encoder_.push_back(
-        std::make_unique<nn::TransformerEncoderLayer>(encoder_layer_config(config_), generator_));
+        std::make_unique<nn::TransformerEncoderLayer>(layer_config(config_), generator_));
     register_module("encoder.layers." + str(l), *encoder_.back());
   }
   register_module("encoder.norm", encoder_norm_);
   for (std::int64_t l = 0; l < config_.decoder_layers; ++l) {
-    decoder_.push_back(std::make_unique<DecoderLayer>(config_, generator_));
+    decoder_.push_back(
+        std::make_unique<nn::TransformerDecoderLayer>(layer_config(config_), generator_));
     register_module("decoder.layers." + str(l), *decoder_.back());
   }
   register_module("decoder.norm", decoder_norm_);
@@ -225,9 +150,12 @@ Var Translator::decode(const Var& memory, const Batch& source, const Batch& targ
     throw Error("target_in", "batch " + str(source.batch) + " (from source)", str(target_in.batch));
   }
   Var x = embed(target_embedding_, target_in.ids, target_in.batch, target_in.length, 0);
+  nn::AttentionCall self_call;
+  self_call.is_causal = true;
+  const nn::AttentionCall cross_call = memory_call(source.lengths);
   for (std::size_t l = 0; l < decoder_.size(); ++l) {
     const bool last = l + 1 == decoder_.size();
-    x = decoder_[l]->forward(x, memory, source.lengths, last ? cross_weights : nullptr);
+    x = decoder_[l]->forward(x, memory, self_call, cross_call, last ? cross_weights : nullptr);
   }
   return output_(decoder_norm_(x));
 }
@@ -245,17 +173,9 @@ DecoderCache Translator::start_decoding(const Var& memory,
   if (max_length < 1 || max_length > config_.max_length) {
     throw Error("max_length", "in [1, " + str(config_.max_length) + "]", str(max_length));
   }
-  const std::int64_t H = config_.heads, D = config_.d_model / config_.heads;
   DecoderCache cache;
   cache.source_lengths = source_lengths;
-  const std::size_t layers = decoder_.size();
-  cache.cross_k.resize(layers);
-  cache.cross_v.resize(layers);
-  for (std::size_t l = 0; l < layers; ++l) {
-    cache.self_k.push_back(Tensor::empty({N, max_length, H, D}));
-    cache.self_v.push_back(Tensor::empty({N, max_length, H, D}));
-    decoder_[l]->start(memory, cache, l);
-  }
+  for (const auto& layer : decoder_) cache.layers.push_back(layer->start(memory, max_length));
   return cache;
 }
 
@@ -266,7 +186,7 @@ Tensor Translator::step(DecoderCache& cache, const std::vector<std::int64_t>& to
   if (static_cast<std::int64_t>(tokens.size()) != N) {
     throw Error("tokens", str(N) + " tokens (the cache's rows)", str(tokens.size()));
   }
-  if (cache.self_k.empty() || cache.length >= cache.self_k[0].size(1)) {
+  if (cache.layers.empty() || cache.length >= cache.layers[0].self_k.size(1)) {
     throw Error("cache", "room for another token", "full at " + str(cache.length) + " tokens");
   }
   for (const std::int64_t t : tokens) {
@@ -276,10 +196,12 @@ Tensor Translator::step(DecoderCache& cache, const std::vector<std::int64_t>& to
   }
   ag::NoGrad no_grad;
   ++cache.length;
-  Var x = embed(target_embedding_, tokens, N, 1, cache.length - 1);
+  const std::int64_t position = cache.length - 1;
+  Var x = embed(target_embedding_, tokens, N, 1, position);
+  const nn::AttentionCall cross_call = memory_call(cache.source_lengths);
   for (std::size_t l = 0; l < decoder_.size(); ++l) {
     const bool last = l + 1 == decoder_.size();
-    x = decoder_[l]->step(x, cache, l, last ? cross_weights : nullptr);
+    x = decoder_[l]->step(x, cache.layers[l], position, cross_call, last ? cross_weights : nullptr);
   }
   const Tensor logits = output_(decoder_norm_(x)).value();  // [N, 1, V]
   if (cross_weights != nullptr) *cross_weights = cross_weights->reshape({N, config_.heads, -1});

@@ -1,6 +1,10 @@
 // PyTorch's TransformerEncoderLayer and TransformerDecoderLayer, pre-norm and post-norm.
 #include "qkv/nn/transformer.hpp"
 
+#include <string>
+
+#include "qkv/error.hpp"
+
 namespace qkv::nn {
 
 namespace {
@@ -76,28 +80,84 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerConfig& c
   register_module("dropout3", dropout3_);
 }
 
+namespace {
+
+// x [B, T, E] -> [B, T, E]: the three residual blocks around sa (self-attention), mha
+// (cross-attention) and ff, in pre-norm or post-norm order.
+template <class SelfAttention, class CrossAttention, class Ff>
+Var decoder_residuals(bool norm_first, const Var& x, const LayerNorm& norm1, const LayerNorm& norm2,
+                      const LayerNorm& norm3, SelfAttention sa, CrossAttention mha, Ff ff) {
+  if (norm_first) {
+    Var y = x + sa(norm1(x));
+    y = y + mha(norm2(y));
+    return y + ff(norm3(y));
+  }
+  Var y = norm1(x + sa(x));
+  y = norm2(y + mha(y));
+  return norm3(y + ff(y));
+}
+
+}  // namespace
+
 // tgt [B, T, E], memory [B, S, E] -> [B, T, E]
 Var TransformerDecoderLayer::forward(const Var& tgt, const Var& memory,
                                      const AttentionCall& tgt_call,
-                                     const AttentionCall& memory_call) {
+                                     const AttentionCall& memory_call, Tensor* cross_weights) {
   AttentionCall tc = tgt_call, mc = memory_call;
-  tc.need_weights = mc.need_weights = false;
+  tc.need_weights = false;
+  mc.need_weights = cross_weights != nullptr;
   const auto sa = [&](const Var& x) { return dropout1_(self_attn_.forward(x, x, x, tc).out); };
   const auto mha = [&](const Var& x) {
-    return dropout2_(multihead_attn_.forward(x, memory, memory, mc).out);
+    AttentionResult r = multihead_attn_.forward(x, memory, memory, mc);
+    if (cross_weights != nullptr) *cross_weights = r.weights;
+    return dropout2_(r.out);
   };
   const auto ff = [&](const Var& x) { return dropout3_(ff_(x)); };
-  Var x = tgt;
-  if (config_.norm_first) {
-    x = x + sa(norm1_(x));
-    x = x + mha(norm2_(x));
-    x = x + ff(norm3_(x));
-  } else {
-    x = norm1_(x + sa(x));
-    x = norm2_(x + mha(x));
-    x = norm3_(x + ff(x));
+  return decoder_residuals(config_.norm_first, tgt, norm1_, norm2_, norm3_, sa, mha, ff);
+}
+
+// memory [N, S, E] -> cross_k, cross_v [N, S, H, D]; self_k, self_v [N, max_length, H, D]
+DecoderLayerCache TransformerDecoderLayer::start(const Var& memory, std::int64_t max_length) const {
+  if (max_length < 1) throw Error("max_length", ">= 1", std::to_string(max_length));
+  const MultiheadAttentionConfig& a = self_attn_.config();
+  const Shape self_shape = {memory.size(0), max_length, a.num_kv_heads, a.embed_dim / a.num_heads};
+  DecoderLayerCache cache;
+  cache.self_k = Tensor::empty(self_shape, a.dtype);
+  cache.self_v = Tensor::empty(self_shape, a.dtype);
+  const auto [k, v] = multihead_attn_.project_key_value(memory, memory);
+  cache.cross_k = k.value();
+  cache.cross_v = v.value();
+  return cache;
+}
+
+// x [N, 1, E] -> [N, 1, E]
+Var TransformerDecoderLayer::step(const Var& x, DecoderLayerCache& cache, std::int64_t position,
+                                  const AttentionCall& memory_call, Tensor* cross_weights) {
+  if (position < 0 || position >= cache.self_k.size(1)) {
+    throw Error("position", "in [0, " + std::to_string(cache.self_k.size(1)) + ") (the cache's)",
+                std::to_string(position));
   }
-  return x;
+  AttentionCall mc = memory_call;
+  mc.need_weights = cross_weights != nullptr;
+  const auto sa = [&](const Var& h) {
+    const Var q = self_attn_.project_query(h, position);
+    const auto [k, v] = self_attn_.project_key_value(h, h, position);
+    Tensor k_slot = cache.self_k.slice(1, position, position + 1);
+    Tensor v_slot = cache.self_v.slice(1, position, position + 1);
+    k_slot.copy_from(k.value());
+    v_slot.copy_from(v.value());
+    const Var keys(cache.self_k.slice(1, 0, position + 1));
+    const Var values(cache.self_v.slice(1, 0, position + 1));
+    return dropout1_(self_attn_.attend(q, keys, values).out);
+  };
+  const auto mha = [&](const Var& h) {
+    AttentionResult r = multihead_attn_.attend(multihead_attn_.project_query(h, position),
+                                               Var(cache.cross_k), Var(cache.cross_v), mc);
+    if (cross_weights != nullptr) *cross_weights = r.weights;
+    return dropout2_(r.out);
+  };
+  const auto ff = [&](const Var& h) { return dropout3_(ff_(h)); };
+  return decoder_residuals(config_.norm_first, x, norm1_, norm2_, norm3_, sa, mha, ff);
 }
 
 }  // namespace qkv::nn

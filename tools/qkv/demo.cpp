@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/autograd/ops.hpp"
 #include "qkv/commands.hpp"
 #include "qkv/error.hpp"
 #include "qkv/models/checkpoint.hpp"
@@ -86,18 +87,9 @@ std::string alignment_string(const SentencePair& p) {
 
 // weights [H, T, S] -> [H + 1, T, S], the head average last
 Tensor with_average(const Tensor& weights) {
-  const std::int64_t H = weights.size(0), T = weights.size(1), S = weights.size(2);
-  Tensor out = Tensor::zeros({H + 1, T, S});
-  Tensor heads = out.slice(0, 0, H);
-  heads.copy_from(weights);
-  for (std::int64_t t = 0; t < T; ++t) {
-    for (std::int64_t s = 0; s < S; ++s) {
-      double sum = 0;
-      for (std::int64_t h = 0; h < H; ++h) sum += weights.at({h, t, s});
-      out.set({H, t, s}, sum / static_cast<double>(H));
-    }
-  }
-  return out;
+  autograd::NoGrad no_grad;
+  const autograd::Var w(weights);
+  return autograd::concat({w, autograd::mean(w, 0, /*keepdim=*/true)}, 0).value();
 }
 
 void run_demo(const DemoOptions& o) {

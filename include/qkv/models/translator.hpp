@@ -11,7 +11,8 @@
 #include "qkv/tensor.hpp"
 
 // The seq2seq translator of the demo: a pre-norm Transformer encoder-decoder built from qkv's nn
-// modules, trained with teacher forcing, decoded step by step with a KV cache.
+// modules (TransformerEncoderLayer, TransformerDecoderLayer), trained with teacher forcing,
+// decoded step by step with a KV cache.
 namespace qkv::models {
 
 using autograd::Var;
@@ -40,40 +41,17 @@ struct Batch {
 Batch make_batch(const std::vector<std::vector<std::int64_t>>& sequences);
 
 // What incremental decoding keeps between steps, for N rows (sentences, or sentences x beams):
-// every decoder layer's self-attention keys and values so far, and its cross-attention keys and
+// each decoder layer's self-attention keys and values so far and its cross-attention keys and
 // values, computed once from the encoder output.
 struct DecoderCache {
-  std::vector<std::int64_t> source_lengths;  // [N]
-  std::vector<Tensor> self_k, self_v;        // per layer [N, max_length, H, D]; [0, length) set
-  std::vector<Tensor> cross_k, cross_v;      // per layer [N, S, H, D]
-  std::int64_t length = 0;                   // tokens decoded so far (the <bos> included)
+  std::vector<std::int64_t> source_lengths;   // [N]
+  std::vector<nn::DecoderLayerCache> layers;  // one per decoder layer
+  std::int64_t length = 0;                    // tokens decoded so far (the <bos> included)
 
   std::int64_t rows() const { return static_cast<std::int64_t>(source_lengths.size()); }
   // Row i of every tensor becomes the old row rows[i] (beam search keeps the best hypotheses);
   // rows may repeat and change the row count.
   void select(const std::vector<std::int64_t>& rows);
-};
-
-// One pre-norm decoder layer:
-//   x = x + self_attn(norm1(x));  x = x + cross_attn(norm2(x), memory);  x = x + ff(norm3(x))
-class DecoderLayer : public nn::Module {
- public:
-  DecoderLayer(const TranslatorConfig& config, Generator& generator);
-  // x [B, T, E], memory [B, S, E] -> [B, T, E]; causal self-attention. With cross_weights, the
-  // cross-attention weights [B, H, T, S] are written there.
-  Var forward(const Var& x, const Var& memory, const std::vector<std::int64_t>& source_lengths,
-              Tensor* cross_weights);
-  // memory [N, S, E] -> this layer's cross-attention keys and values, into cache slot `layer`.
-  void start(const Var& memory, DecoderCache& cache, std::size_t layer) const;
-  // x [N, 1, E] at position cache.length - 1 -> [N, 1, E]; appends this token's keys and values
-  // to the cache. cross_weights as in forward, [N, H, 1, S].
-  Var step(const Var& x, DecoderCache& cache, std::size_t layer, Tensor* cross_weights);
-
- private:
-  nn::MultiheadAttention self_attn_, cross_attn_;
-  nn::FeedForward ff_;
-  nn::LayerNorm norm1_, norm2_, norm3_;
-  nn::Dropout dropout1_, dropout2_, dropout3_;
 };
 
 class Translator : public nn::Module {
@@ -106,7 +84,7 @@ class Translator : public nn::Module {
   nn::Embedding source_embedding_, target_embedding_;
   Tensor positions_;  // [max_length, E] sinusoidal
   std::vector<std::unique_ptr<nn::TransformerEncoderLayer>> encoder_;
-  std::vector<std::unique_ptr<DecoderLayer>> decoder_;
+  std::vector<std::unique_ptr<nn::TransformerDecoderLayer>> decoder_;  // pre-norm
   nn::LayerNorm encoder_norm_, decoder_norm_;
   nn::Linear output_;
 };

@@ -5,6 +5,7 @@
 #include "qkv/nn/attention.hpp"
 #include "qkv/nn/layers.hpp"
 #include "qkv/nn/module.hpp"
+#include "qkv/tensor.hpp"
 
 namespace qkv::nn {
 
@@ -38,6 +39,12 @@ class TransformerEncoderLayer : public Module {
   Dropout dropout1_, dropout2_;
 };
 
+// What incremental decoding keeps for one decoder layer and N rows (sentences, or hypotheses).
+struct DecoderLayerCache {
+  Tensor self_k, self_v;    // [N, max_length, H, D]: the tokens decoded so far, [0, position]
+  Tensor cross_k, cross_v;  // [N, S, H, D]: the memory's, computed once
+};
+
 // PyTorch's nn.TransformerDecoderLayer (batch_first): "self_attn.*", "multihead_attn.*",
 // "linear1.*", "linear2.*", "norm1.*", "norm2.*", "norm3.*".
 //   norm_first:  x = x + sa(norm1(x));  x = x + mha(norm2(x), memory);  x = x + ff(norm3(x))
@@ -45,9 +52,18 @@ class TransformerEncoderLayer : public Module {
 class TransformerDecoderLayer : public Module {
  public:
   TransformerDecoderLayer(const TransformerLayerConfig& config, Generator& generator);
-  // tgt [B, T, E], memory [B, S, E] -> [B, T, E]
+  // tgt [B, T, E], memory [B, S, E] -> [B, T, E]. With cross_weights, the cross-attention
+  // weights are written there ([B, T, S], or [B, H, T, S] when memory_call does not average).
   Var forward(const Var& tgt, const Var& memory, const AttentionCall& tgt_call = {},
-              const AttentionCall& memory_call = {});
+              const AttentionCall& memory_call = {}, Tensor* cross_weights = nullptr);
+
+  // Incremental decoding, one token per call, the same function as forward() with a causal
+  // tgt_call. memory [N, S, E] -> a cache for up to max_length tokens.
+  DecoderLayerCache start(const Var& memory, std::int64_t max_length) const;
+  // x [N, 1, E], the token at `position` -> [N, 1, E]; its keys and values join the cache, and its
+  // one query attends to every cached key (no mask needed). cross_weights as in forward().
+  Var step(const Var& x, DecoderLayerCache& cache, std::int64_t position,
+           const AttentionCall& memory_call = {}, Tensor* cross_weights = nullptr);
 
  private:
   TransformerLayerConfig config_;
