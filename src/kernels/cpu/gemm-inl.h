@@ -15,9 +15,18 @@ HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Element (m, k) of A, stored row-major [M, K] with leading dimension lda, or, when
+// kATransposed, stored as its transpose [K, M] (so a product with P^T or dS^T reads P or dS where
+// they are, with no transposed copy).
+template <bool kATransposed, class T>
+HWY_INLINE const T& a_at(const T* HWY_RESTRICT A, std::int64_t lda, std::int64_t m,
+                         std::int64_t k) {
+  return kATransposed ? A[k * lda + m] : A[m * lda + k];
+}
+
 // C[R rows, V vectors] (+)= A[R, K] B[K, V vectors]: the accumulators stay in registers for the
 // whole K loop; each step loads V vectors of B and broadcasts one element of A per row.
-template <std::int64_t R, std::int64_t V, class D, class T>
+template <std::int64_t R, std::int64_t V, bool kATransposed, class D, class T>
 HWY_INLINE void gemm_tile(D d, std::int64_t K, const T* HWY_RESTRICT A, std::int64_t lda,
                           const T* HWY_RESTRICT B, std::int64_t ldb, T* HWY_RESTRICT C,
                           std::int64_t ldc, bool accumulate) {
@@ -32,7 +41,7 @@ HWY_INLINE void gemm_tile(D d, std::int64_t K, const T* HWY_RESTRICT A, std::int
     hn::Vec<D> b[V];
     for (std::int64_t v = 0; v < V; ++v) b[v] = hn::LoadU(d, B + k * ldb + v * L);
     for (std::int64_t r = 0; r < R; ++r) {
-      const auto a = hn::Set(d, A[r * lda + k]);
+      const auto a = hn::Set(d, a_at<kATransposed>(A, lda, r, k));
       for (std::int64_t v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(a, b[v], acc[r][v]);
     }
   }
@@ -42,18 +51,17 @@ HWY_INLINE void gemm_tile(D d, std::int64_t K, const T* HWY_RESTRICT A, std::int
 }
 
 // Columns [n, N) that do not fill a vector, one scalar at a time.
-template <class T>
+template <bool kATransposed, class T>
 HWY_INLINE void gemm_scalar_columns(std::int64_t M, std::int64_t n, std::int64_t N, std::int64_t K,
                                     const T* HWY_RESTRICT A, std::int64_t lda,
                                     const T* HWY_RESTRICT B, std::int64_t ldb, T* HWY_RESTRICT C,
                                     std::int64_t ldc, bool accumulate) {
   for (std::int64_t c = n; c < N; ++c) {
-    const T* a_row = A;
     T* c_row = C;
-    for (std::int64_t m = 0; m < M; ++m, a_row += lda, c_row += ldc) {
+    for (std::int64_t m = 0; m < M; ++m, c_row += ldc) {
       T sum = accumulate ? c_row[c] : T(0);
       const T* b = B + c;
-      for (std::int64_t k = 0; k < K; ++k, b += ldb) sum += a_row[k] * *b;
+      for (std::int64_t k = 0; k < K; ++k, b += ldb) sum += a_at<kATransposed>(A, lda, m, k) * *b;
       c_row[c] = sum;
     }
   }
@@ -61,29 +69,33 @@ HWY_INLINE void gemm_scalar_columns(std::int64_t M, std::int64_t n, std::int64_t
 
 // Rows [0, M) of one column strip of V vectors: tiles of 6 rows, then 4, 2 and 1 for the
 // tail, so that short tails still keep several accumulator chains in flight.
-template <std::int64_t V, class D, class T>
+template <std::int64_t V, bool kATransposed, class D, class T>
 HWY_INLINE void gemm_strip(D d, std::int64_t M, std::int64_t K, const T* HWY_RESTRICT A,
                            std::int64_t lda, const T* HWY_RESTRICT B, std::int64_t ldb,
                            T* HWY_RESTRICT C, std::int64_t ldc, bool accumulate) {
+  const auto rows_at = [&](std::int64_t m) { return kATransposed ? A + m : A + m * lda; };
   std::int64_t m = 0;
   for (; m + 6 <= M; m += 6) {
-    gemm_tile<6, V>(d, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+    gemm_tile<6, V, kATransposed>(d, K, rows_at(m), lda, B, ldb, C + m * ldc, ldc, accumulate);
   }
   if (m + 4 <= M) {
-    gemm_tile<4, V>(d, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+    gemm_tile<4, V, kATransposed>(d, K, rows_at(m), lda, B, ldb, C + m * ldc, ldc, accumulate);
     m += 4;
   }
   if (m + 2 <= M) {
-    gemm_tile<2, V>(d, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+    gemm_tile<2, V, kATransposed>(d, K, rows_at(m), lda, B, ldb, C + m * ldc, ldc, accumulate);
     m += 2;
   }
-  if (m < M) gemm_tile<1, V>(d, K, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+  if (m < M) {
+    gemm_tile<1, V, kATransposed>(d, K, rows_at(m), lda, B, ldb, C + m * ldc, ldc, accumulate);
+  }
 }
 
 // C[M, N] = (accumulate ? C : 0) + A[M, K] B[K, N], all row-major with leading dimensions
-// lda, ldb, ldc (in elements). kWholeVectors promises N is a multiple of the vector length (score
-// tiles are kBlockK wide), so no scalar tail is compiled.
-template <bool kWholeVectors = false, class T>
+// lda, ldb, ldc (in elements), A stored as [K, M] instead when kATransposed (see a_at).
+// kWholeVectors promises N is a multiple of the vector length (score tiles are kBlockK wide), so
+// no scalar tail is compiled.
+template <bool kWholeVectors = false, bool kATransposed = false, class T>
 HWY_INLINE void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* HWY_RESTRICT A,
                      std::int64_t lda, const T* HWY_RESTRICT B, std::int64_t ldb, T* HWY_RESTRICT C,
                      std::int64_t ldc, bool accumulate) {
@@ -93,11 +105,13 @@ HWY_INLINE void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* HW
   // registers, and 12 independent FMA chains cover the FMA latency of both pipes.
   std::int64_t n = 0;
   for (; n + 2 * L <= N; n += 2 * L) {
-    gemm_strip<2>(d, M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
+    gemm_strip<2, kATransposed>(d, M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
   }
-  for (; n + L <= N; n += L) gemm_strip<1>(d, M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
+  for (; n + L <= N; n += L) {
+    gemm_strip<1, kATransposed>(d, M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
+  }
   if constexpr (!kWholeVectors) {
-    if (n < N) gemm_scalar_columns(M, n, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    if (n < N) gemm_scalar_columns<kATransposed>(M, n, N, K, A, lda, B, ldb, C, ldc, accumulate);
   }
 }
 

@@ -43,7 +43,7 @@ struct TileTraits {
   static_assert(kDecodeMaxQueries <= kBlockQ, "decode rows fit one q-block");
   static_assert(kDecodeSplit % kBlockK == 0, "decode chunks hold whole k-blocks");
   static_assert(kBlockK % 16 == 0, "a score-tile row must be whole vectors");
-  static_assert(kBlockQ % 4 == 0, "q blocks hold whole register tiles of rows");
+  static_assert(kBlockQ % 16 == 0, "a q-block's row factors are whole vectors");
 };
 
 }  // namespace qkv::kernels::cpu
