@@ -21,7 +21,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
-constexpr std::int64_t kBq = TileTraits::kBlockQ;
+constexpr std::int64_t kBq = TileTraits::kForwardBlockQ;
 
 // The online-softmax state of a set of rows: running max m, running sum l and the unnormalized
 // output accumulator acc [rows, Dv].
@@ -76,7 +76,7 @@ void softmax_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int6
     m_new[r] = r < live ? std::max(state.m[r], row_scale * row_max(s + r * kBk)) : T(0);
     alpha[r] = r < live && state.m[r] != kNegInf ? state.m[r] - m_new[r] : T(0);
   }
-  exp_rows(alpha);
+  exp_rows<kBq>(alpha);
   for (std::int64_t r = 0; r < live; ++r) {
     T* row = s + r * kBk;
     if (m_new[r] == kNegInf) {  // nothing kept in this row yet

@@ -25,8 +25,20 @@ namespace qkv::kernels::cpu {
 // between calls. No variant is better beyond the noise, so 64 x 64 stays: the smallest scratch
 // (a 16 KiB score tile), whole 6-row register tiles but for a 4-row tail, and short causal
 // diagonals.
+//
+// The forward's q-block, remeasured once its exp was cheaper (2026-11-23, `qkv bench --peak`
+// fwd rows, two binaries alternated 4 times, median fraction of the FMA burst during the row,
+// 64 -> 128 rows): T = 4096: D = 64 0.63 -> 0.66, causal 0.54 -> 0.58, D = 128 0.58 -> 0.64,
+// causal 0.60 -> 0.70; T = 2048 D = 128 0.58 -> 0.72; T = 1024: D = 64 0.58 -> 0.60, causal
+// 0.60 -> 0.51, D = 128 0.65 -> 0.67. A one-thread probe shows why: with K and V streaming from
+// L3 (T = 4096, D = 128), the two products of a 64-row block ran at ~0.70 of the FMA rate and
+// those of a 128-row block at ~0.85, each K and V tile fetched serving twice the rows. Causal
+// rows at T = 1024 lose (the diagonal tiles computed whole are 12% of the work instead of 6%);
+// the backward, whose items reuse a K tile across all q-blocks anyway, measured no difference
+// and keeps 64.
 struct TileTraits {
   static constexpr std::int64_t kBlockQ = 64;
+  static constexpr std::int64_t kForwardBlockQ = 128;
   static constexpr std::int64_t kBlockK = 64;
   // Decode: up to kDecodeMaxQueries queries take the split-keys path, which reads K and V once,
   // key by key, with dot products instead of packed tiles. Same driver, Tk = 16384, D = 128,
@@ -40,10 +52,11 @@ struct TileTraits {
   // 14.2 13.4 / 11.4 12.0 / 12.8 12.3. Within the noise but for 4096's single split; 1024 gives
   // 2 threads work from Tk = 2048 on and keeps the merge small.
   static constexpr std::int64_t kDecodeSplit = 1024;
-  static_assert(kDecodeMaxQueries <= kBlockQ, "decode rows fit one q-block");
+  static_assert(kDecodeMaxQueries <= kForwardBlockQ, "decode rows fit one q-block");
   static_assert(kDecodeSplit % kBlockK == 0, "decode chunks hold whole k-blocks");
   static_assert(kBlockK % 16 == 0, "a score-tile row must be whole vectors");
-  static_assert(kBlockQ % 16 == 0, "a q-block's row factors are whole vectors");
+  static_assert(kForwardBlockQ % 16 == 0, "a q-block's row factors are whole vectors");
+  static_assert(kBlockQ % 4 == 0, "q blocks hold whole register tiles of rows");
 };
 
 }  // namespace qkv::kernels::cpu
