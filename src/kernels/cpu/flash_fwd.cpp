@@ -21,7 +21,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
-constexpr std::int64_t kBq = TileTraits::kForwardBlockQ;
+constexpr std::int64_t kBq = TileTraits::kForwardBlockQ;  // the most rows of a q-block
 
 // The online-softmax state of a set of rows: running max m, running sum l and the unnormalized
 // output accumulator acc [rows, Dv].
@@ -157,7 +157,10 @@ void forward_tiled(const Problem<T>& p, T* out, T* lse) {
     pack_tiles(p.v + (b * d.Tk * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Tk, d.Dv, kBk,
                vt.get() + bh * d.Dv * tk_pad);
   }
-  const std::int64_t q_blocks = (d.Tq + kBq - 1) / kBq;
+  // Rows per q-block: see TileTraits::kForwardLargeKv.
+  const std::int64_t kv_bytes = d.Tk * (d.D + d.Dv) * static_cast<std::int64_t>(sizeof(T));
+  const std::int64_t block = kv_bytes > TileTraits::kForwardLargeKv ? kBq : kBq / 2;
+  const std::int64_t q_blocks = (d.Tq + block - 1) / block;
   const std::int64_t items = d.B * d.Hq * q_blocks;
 #pragma omp parallel
   {
@@ -167,11 +170,11 @@ void forward_tiled(const Problem<T>& p, T* out, T* lse) {
     // light ones fill in at the end.
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
-      const std::int64_t i0 = (q_blocks - 1 - item % q_blocks) * kBq;
+      const std::int64_t i0 = (q_blocks - 1 - item % q_blocks) * block;
       const std::int64_t bh = item / q_blocks;
       const std::int64_t b = bh / d.Hq;
       const std::int64_t h = bh % d.Hq;
-      const std::int64_t rows = std::min(kBq, d.Tq - i0);
+      const std::int64_t rows = std::min(block, d.Tq - i0);
       const std::int64_t live = live_rows(p, b, i0, rows);
       const std::int64_t head_kv = b * d.Hk + h / d.group();
       state.reset(rows, d.Dv);

@@ -27,18 +27,22 @@ namespace qkv::kernels::cpu {
 // diagonals.
 //
 // The forward's q-block, remeasured once its exp was cheaper (2026-11-23, `qkv bench --peak`
-// fwd rows, two binaries alternated 4 times, median fraction of the FMA burst during the row,
-// 64 -> 128 rows): T = 4096: D = 64 0.63 -> 0.66, causal 0.54 -> 0.58, D = 128 0.58 -> 0.64,
-// causal 0.60 -> 0.70; T = 2048 D = 128 0.58 -> 0.72; T = 1024: D = 64 0.58 -> 0.60, causal
-// 0.60 -> 0.51, D = 128 0.65 -> 0.67. A one-thread probe shows why: with K and V streaming from
-// L3 (T = 4096, D = 128), the two products of a 64-row block ran at ~0.70 of the FMA rate and
-// those of a 128-row block at ~0.85, each K and V tile fetched serving twice the rows. Causal
-// rows at T = 1024 lose (the diagonal tiles computed whole are 12% of the work instead of 6%);
-// the backward, whose items reuse a K tile across all q-blocks anyway, measured no difference
-// and keeps 64.
+// fwd rows, binaries alternated 3-4 times, median fraction of the FMA burst during the row,
+// 64 -> 128 rows): T = 8192 D = 64 0.61 -> 0.65, causal 0.62 -> 0.65; T = 4096: D = 64 0.63 ->
+// 0.66, causal 0.54 -> 0.58, D = 128 0.58 -> 0.64, causal 0.60 -> 0.70; T = 2048: D = 128 0.58
+// -> 0.72, D = 64 0.68 -> 0.63 and 0.68 -> 0.67 in a second run (differences under ~0.05 are this
+// host's noise); T = 1024: D = 64 0.58 -> 0.60, causal 0.60 -> 0.51, D = 128 0.65 -> 0.67. A
+// one-thread probe shows why: with K and V streaming from L3 (T = 4096, D = 128), the two products
+// of a 64-row block ran at ~0.70 of the FMA rate and those of a 128-row block at ~0.85, each K and
+// V tile fetched serving twice the rows; where a head's K and V (Tk (D + Dv) 4 bytes) are at most 1
+// MiB, the cache keeps them anyway, and the bigger block only adds diagonal work under a causal
+// mask (12% of the work at T = 1024 instead of 6%). So 128 rows above kForwardLargeKv bytes of K
+// and V per head, 64 below. The backward, whose items reuse a K tile across all q-blocks anyway,
+// measured no difference and keeps 64.
 struct TileTraits {
   static constexpr std::int64_t kBlockQ = 64;
   static constexpr std::int64_t kForwardBlockQ = 128;
+  static constexpr std::int64_t kForwardLargeKv = std::int64_t{1} << 20;
   static constexpr std::int64_t kBlockK = 64;
   // Decode: up to kDecodeMaxQueries queries take the split-keys path, which reads K and V once,
   // key by key, with dot products instead of packed tiles. Same driver, Tk = 16384, D = 128,

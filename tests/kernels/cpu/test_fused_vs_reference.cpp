@@ -213,6 +213,25 @@ std::vector<FusedCase> option_cases() {
   return cases;
 }
 
+// A head's K and V over 1 MiB (Tk (D + Dv) 4 bytes = 1.07 MiB in f32): the forward takes q-blocks
+// of 128 rows instead of 64 (TileTraits::kForwardLargeKv); 300 queries end in a partial block.
+std::vector<FusedCase> large_kv_cases() {
+  std::vector<FusedCase> cases;
+  for (const Causal causal : {Causal::none, Causal::bottom_right}) {
+    FusedCase c;
+    c.Tq = 300;
+    c.Tk = 1100;
+    c.Hq = 2;
+    c.Hk = 1;
+    c.D = c.Dv = 128;
+    c.causal = causal;
+    c.padding = causal == Causal::none;
+    c.seed = 500 + cases.size();
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 // Decode shapes take the split-keys path (Tq <= 16, Tk > 1024): partial softmax states of key
 // chunks merged exactly.
 std::vector<FusedCase> decode_cases() {
@@ -258,6 +277,8 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, FusedVsReference, ::testing::ValuesIn(head_di
                          case_name);
 INSTANTIATE_TEST_SUITE_P(Lengths, FusedVsReference, ::testing::ValuesIn(length_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Gqa, FusedVsReference, ::testing::ValuesIn(gqa_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(LargeKv, FusedVsReference, ::testing::ValuesIn(large_kv_cases()),
+                         case_name);
 INSTANTIATE_TEST_SUITE_P(Decode, FusedVsReference, ::testing::ValuesIn(decode_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Options, FusedVsReference, ::testing::ValuesIn(option_cases()), case_name);
 
