@@ -31,13 +31,13 @@ constexpr std::uint16_t f32_to_f16_bits(float value) noexcept {
   if (magnitude >= 0x477ff000u) {  // at least 65520 = 65504 + half an ulp: rounds to infinity
     return static_cast<std::uint16_t>(sign | 0x7c00u);
   }
-  if (magnitude < 0x38800000u) {  // below 2^-14: a subnormal half (or zero)
+  if (magnitude < 0x38800000u) {    // below 2^-14: a subnormal half (or zero)
     if (magnitude < 0x33000000u) {  // at most 2^-25 (half the smallest subnormal): ties to 0
       return sign;
     }
     const std::uint32_t exponent = magnitude >> 23;
     const std::uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
-    const std::uint32_t shift = 126u - exponent;  // value = mantissa * 2^(exponent - 150)
+    const std::uint32_t shift = 126u - exponent;   // value = mantissa * 2^(exponent - 150)
     const std::uint32_t kept = mantissa >> shift;  // in units of 2^-24
     const std::uint32_t rest = mantissa & ((1u << shift) - 1u);
     const std::uint32_t half = 1u << (shift - 1u);

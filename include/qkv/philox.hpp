@@ -19,10 +19,9 @@ constexpr PhiloxCounter philox4x32_10(PhiloxCounter counter, PhiloxKey key) noex
   for (int round = 0; round < 10; ++round) {
     const std::uint64_t p0 = static_cast<std::uint64_t>(kMul0) * counter[0];
     const std::uint64_t p1 = static_cast<std::uint64_t>(kMul1) * counter[2];
-    counter = {static_cast<std::uint32_t>(p1 >> 32) ^ counter[1] ^ key[0],
-               static_cast<std::uint32_t>(p1),
-               static_cast<std::uint32_t>(p0 >> 32) ^ counter[3] ^ key[1],
-               static_cast<std::uint32_t>(p0)};
+    counter = {
+        static_cast<std::uint32_t>(p1 >> 32) ^ counter[1] ^ key[0], static_cast<std::uint32_t>(p1),
+        static_cast<std::uint32_t>(p0 >> 32) ^ counter[3] ^ key[1], static_cast<std::uint32_t>(p0)};
     key[0] += kWeyl0;
     key[1] += kWeyl1;
   }
@@ -41,9 +40,9 @@ constexpr float uniform_from_bits(std::uint32_t bits) noexcept {
 // Entry (i, j) is kept when uniform_from_bits(draw) >= p.
 constexpr std::uint32_t dropout_bits(std::uint64_t seed, std::uint64_t offset, std::uint32_t bh,
                                      std::uint32_t i, std::uint32_t j) noexcept {
-  const PhiloxKey key = {static_cast<std::uint32_t>(seed),
-                         static_cast<std::uint32_t>(seed >> 32) ^
-                             static_cast<std::uint32_t>(offset >> 32)};
+  const PhiloxKey key = {
+      static_cast<std::uint32_t>(seed),
+      static_cast<std::uint32_t>(seed >> 32) ^ static_cast<std::uint32_t>(offset >> 32)};
   const PhiloxCounter counter = {j >> 2, i, bh, static_cast<std::uint32_t>(offset)};
   return philox4x32_10(counter, key)[j & 3u];
 }
@@ -62,9 +61,9 @@ class Generator {
 
   std::uint32_t next_u32() noexcept {
     if (lane_ == 4) {
-      block_ = philox4x32_10({static_cast<std::uint32_t>(index_),
-                              static_cast<std::uint32_t>(index_ >> 32), 0u, 0u},
-                             key_);
+      block_ = philox4x32_10(
+          {static_cast<std::uint32_t>(index_), static_cast<std::uint32_t>(index_ >> 32), 0u, 0u},
+          key_);
       ++index_;
       lane_ = 0;
     }

@@ -60,8 +60,8 @@ class Tensor {
   // Every element in row-major order, as double.
   std::vector<double> to_vector() const;
 
-  Tensor contiguous() const;  // *this when already contiguous, else a contiguous copy
-  Tensor clone() const;       // always a contiguous copy
+  Tensor contiguous() const;     // *this when already contiguous, else a contiguous copy
+  Tensor clone() const;          // always a contiguous copy
   Tensor to(DType dtype) const;  // *this when the dtype matches, else a converted contiguous copy
 
   Tensor permute(const Shape& dims) const;
