@@ -69,14 +69,17 @@ void softmax_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int6
   const T row_scale = score_tile(p, b, h, i0, live, j0, cols, kind, s, static_cast<T*>(nullptr));
   if (p.dropout.enabled()) dropout_tile(p, b, h, i0, live, j0, cols, z);
   // The new row maxima first, then every row's rescaling factor alpha = exp(m_old - m_new) in
-  // one vector pass (a libm call per row took 1.6% of the forward).
+  // one vector pass (a libm call per row took 1.6% of the forward), over the live rows rounded up
+  // to whole vectors.
   alignas(64) T m_new[kBq];
   alignas(64) T alpha[kBq];
-  for (std::int64_t r = 0; r < kBq; ++r) {
+  const std::int64_t vector_rows =
+      round_up(live, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())));
+  for (std::int64_t r = 0; r < vector_rows; ++r) {
     m_new[r] = r < live ? std::max(state.m[r], row_scale * row_max(s + r * kBk)) : T(0);
     alpha[r] = r < live && state.m[r] != kNegInf ? state.m[r] - m_new[r] : T(0);
   }
-  exp_rows<kBq>(alpha);
+  exp_rows(alpha, vector_rows);
   for (std::int64_t r = 0; r < live; ++r) {
     T* row = s + r * kBk;
     if (m_new[r] == kNegInf) {  // nothing kept in this row yet
@@ -157,14 +160,13 @@ void forward_tiled(const Problem<T>& p, T* out, T* lse) {
     pack_tiles(p.v + (b * d.Tk * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Tk, d.Dv, kBk,
                vt.get() + bh * d.Dv * tk_pad);
   }
-  // Rows per q-block: see TileTraits::kForwardLargeKv.
-  const std::int64_t kv_bytes = d.Tk * (d.D + d.Dv) * static_cast<std::int64_t>(sizeof(T));
-  const std::int64_t block = kv_bytes > TileTraits::kForwardLargeKv ? kBq : kBq / 2;
+  const std::int64_t block =
+      TileTraits::forward_block_q(d.Tk * (d.D + d.Dv) * static_cast<std::int64_t>(sizeof(T)));
   const std::int64_t q_blocks = (d.Tq + block - 1) / block;
   const std::int64_t items = d.B * d.Hq * q_blocks;
 #pragma omp parallel
   {
-    ForwardScratch<T> scratch(kBq, d.Dv);
+    ForwardScratch<T> scratch(block, d.Dv);
     const SoftmaxState<T> state = scratch.state();
     // Dynamic scheduling, last q-blocks first: under a causal mask they are the heaviest, so the
     // light ones fill in at the end.

@@ -168,12 +168,12 @@ T row_exp(T* s, T scale, T shift) {
   return hn::GetLane(hn::SumOfLanes(d, sum));
 }
 
-// x[r] <- exp(x[r]) for r < kRows, arguments <= 0 as exp_softmax takes them (-inf gives 0).
-template <std::int64_t kRows, class T>
-void exp_rows(T* x) {
-  static_assert(kRows % 16 == 0, "whole vectors of the widest target");
+// x[r] <- exp(x[r]) for r < n, arguments <= 0 as exp_softmax takes them (-inf gives 0); n is a
+// multiple of the vector length.
+template <class T>
+void exp_rows(T* x, std::int64_t n) {
   const hn::ScalableTag<T> d;
-  for (std::int64_t r = 0; r < kRows; r += hn::Lanes(d)) {
+  for (std::int64_t r = 0; r < n; r += hn::Lanes(d)) {
     hn::Store(exp_softmax(d, hn::Load(d, x + r)), d, x + r);
   }
 }

@@ -43,6 +43,10 @@ struct TileTraits {
   static constexpr std::int64_t kBlockQ = 64;
   static constexpr std::int64_t kForwardBlockQ = 128;
   static constexpr std::int64_t kForwardLargeKv = std::int64_t{1} << 20;
+  // Rows per forward q-block for heads whose K and V take kv_bytes (see above).
+  static constexpr std::int64_t forward_block_q(std::int64_t kv_bytes) {
+    return kv_bytes > kForwardLargeKv ? kForwardBlockQ : kBlockQ;
+  }
   static constexpr std::int64_t kBlockK = 64;
   // Decode: up to kDecodeMaxQueries queries take the split-keys path, which reads K and V once,
   // key by key, with dot products instead of packed tiles. Same driver, Tk = 16384, D = 128,
