@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/dual.hpp"
 #include "kernels/params.hpp"
 #include "qkv/attention.hpp"
 
@@ -50,8 +51,25 @@ struct BuiltinScore {
 
   template <class S>
   S operator()(S s, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const noexcept {
+    if (softcap > 0) s = soft_cap(s);
+    return shift(s, b, h, i, j);
+  }
+
+  // c tanh(s / c), computed in double and rounded once to T. In f32, c * tanhf(s / c) rounds three
+  // times and errs by up to 3.3 ulps of s' (1.5-2 where |s| > c, s' near +-c), against half an
+  // ulp here, and that error goes straight into exp(s' - lse); and ds'/ds = 1 - tanh^2 in f32 is
+  // 0 wherever tanh rounds to 1 (|s| > 9c). The fused kernels compute the same in vectors
+  // (soft_cap_row in tile-inl.h).
+  template <class S>
+  S soft_cap(S s) const noexcept {
     using std::tanh;
-    if (softcap > 0) s = softcap * tanh(s / softcap);
+    const double c = softcap;
+    return narrow<S>(c * tanh(widen(s) / c));
+  }
+
+  // Step 2: s + bias[b, h, i, j], minus ALiBi's slope_h * |i + tk - tq - j|.
+  template <class S>
+  S shift(S s, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const noexcept {
     if (bias) s = s + bias(b, h, i, j);
     if (alibi_slopes != nullptr) {
       const std::int64_t distance = i + lengths.tk(b) - lengths.tq(b) - j;
