@@ -59,6 +59,38 @@ void score_row(const Dims& d, const T* q, const T* k, T scale, const ScoreMod& s
   }
 }
 
+// p [Tk]: row i of P from its scores s [Tk] (after score_mod), kept [Tk] and lse: exp(s_j - lse)
+// over the kept keys, divided by its sum, 0 elsewhere. The backward's dS_ij = P_ij (dP_ij - D_i)
+// with D_i = dO_i . O_i assumes that the row sums to 1: off by a common factor 1 + e (and O_i
+// and D_i with it), dS_ij errs by e P_ij D_i, large next to dS_ij where P_ij is near 1 and dP_ij
+// near D_i. In exact arithmetic the sum is 1; in f32, lse carries the rounding of a number of
+// its size, up to half an ulp of |lse| (2^-19 relative at |lse| ~ 50, where soft-capping at c =
+// 50 puts it), and without the division dk's f32 error was 9x PyTorch's composed ops' (softcap
+// 50, ALiBi, a window of 16, MQA). The forward and the backward both call this, so they use the
+// very same P.
+template <class T>
+void probability_row(const T* s, const bool* kept, std::int64_t n, T lse, T* p) {
+  T sum = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    p[j] = kept[j] ? std::exp(s[j] - lse) : T(0);
+    sum += p[j];
+  }
+  for (std::int64_t j = 0; j < n; ++j) {
+    if (kept[j]) p[j] /= sum;
+  }
+}
+
+// dO_i . (z v_j - o_i) = z dP_ij - D_i, the factor of dS_ij, computed as written: for a key that
+// holds most of the row's weight, o_i is close to z v_j, and forming the difference before the
+// dot product keeps the result accurate where z (dO_i . v_j) - dO_i . o_i would subtract two
+// rounded numbers of the size of |dO_i| |v_j| (both backends: docs/numerics.md).
+template <class T>
+T dp_minus_delta(const T* dout, const T* v, T z, const T* o, std::int64_t n) {
+  T sum = 0;
+  for (std::int64_t c = 0; c < n; ++c) sum += dout[c] * (z * v[c] - o[c]);
+  return sum;
+}
+
 // q [B,Tq,Hq,D], k [B,Tk,Hk,D], v [B,Tk,Hk,Dv] -> out [B,Tq,Hq,Dv], lse [B,Hq,Tq];
 // weights [B,Hq,Tq,Tk] (P before dropout) when not null.
 template <class T, class ScoreMod, class MaskMod>
@@ -96,9 +128,9 @@ void attention_fwd_ref(const Dims& d, const T* q, const T* k, const T* v, T scal
         for (std::int64_t j = 0; j < d.Tk; ++j) sum += kept[j] ? std::exp(s[j] - m) : T(0);
         const T row_lse = m + std::log(sum);
         lse[lse_index(d, b, h, i)] = row_lse;
-        for (std::int64_t j = 0; j < d.Tk; ++j) {
-          p[j] = kept[j] ? std::exp(s[j] - row_lse) : T(0);
-          if (wi) wi[j] = p[j];
+        probability_row(s.data(), kept.get(), d.Tk, row_lse, p.data());
+        if (wi) {
+          for (std::int64_t j = 0; j < d.Tk; ++j) wi[j] = p[j];
         }
         // Every kept key's value is read, also where P underflows to 0 or dropout drops it: an
         // inf or NaN in it gives NaN (0 * inf), as P @ V does in PyTorch.
@@ -126,6 +158,7 @@ void attention_bwd_ref(const Dims& d, const T* q, const T* k, const T* v, const 
   for (std::int64_t n = 0; n < d.B * d.Tk * d.Hk * d.D; ++n) dk[n] = 0;
   for (std::int64_t n = 0; n < d.B * d.Tk * d.Hk * d.Dv; ++n) dv[n] = 0;
   std::vector<T> s(d.Tk);
+  std::vector<T> prob(d.Tk);
   std::unique_ptr<bool[]> kept(new bool[d.Tk > 0 ? d.Tk : 1]);
   for (std::int64_t b = 0; b < d.B; ++b) {
     for (std::int64_t h = 0; h < d.Hq; ++h) {
@@ -134,22 +167,28 @@ void attention_bwd_ref(const Dims& d, const T* q, const T* k, const T* v, const 
         const T row_lse = lse[lse_index(d, b, h, i)];
         if (row_lse == -std::numeric_limits<T>::infinity()) continue;  // zero gradients
         score_row(d, q, k, scale, score_mod, mask_mod, b, h, i, s.data(), kept.get());
+        probability_row(s.data(), kept.get(), d.Tk, row_lse, prob.data());
         const T* qi = q + qo_row(d, b, i, h) * d.D;
         const T* doi = dout + qo_row(d, b, i, h) * d.Dv;
+        const T* oi = out + qo_row(d, b, i, h) * d.Dv;
         T* dqi = dq + qo_row(d, b, i, h) * d.D;
         // D_i = rowsum(dO_i * O_i), which equals sum_j P_ij dP_ij even with dropout.
-        const T delta = dot(doi, out + qo_row(d, b, i, h) * d.Dv, d.Dv);
+        const T delta = dot(doi, oi, d.Dv);
         for (std::int64_t j = 0; j < d.Tk; ++j) {
           if (!kept[j]) continue;
           const T* kj = k + kv_row(d, b, j, hk) * d.D;
           const T* vj = v + kv_row(d, b, j, hk) * d.Dv;
-          // forward: P_ij = exp(s_ij - lse_i); Pd_ij = P_ij * z_ij; out_i = sum_j Pd_ij v_j
-          const T p = std::exp(s[j] - row_lse);
+          // forward: Pd_ij = P_ij * z_ij; out_i = sum_j Pd_ij v_j
+          const T p = prob[j];
           const T z = dropout_scale<T>(d, dropout, b, h, i, j);
           T* dvj = dv + kv_row(d, b, j, hk) * d.Dv;
           for (std::int64_t c = 0; c < d.Dv; ++c) dvj[c] += p * z * doi[c];
-          // dP_ij = z_ij (dO_i . v_j); dS_ij = P_ij (dP_ij - D_i)
-          const T ds = p * (z * dot(doi, vj, d.Dv) - delta);
+          // dP_ij = z_ij (dO_i . v_j); dS_ij = P_ij (dP_ij - D_i). With soft-capping, where P_ij >
+          // 1/2 (one key at most per row) and dS_ij is finite, the difference is formed first.
+          T ds = p * (z * dot(doi, vj, d.Dv) - delta);
+          if (score_mod.softcap > 0 && p > T(0.5) && std::isfinite(ds)) {
+            ds = p * dp_minus_delta(doi, vj, z, oi, d.Dv);
+          }
           if (dbias != nullptr) dbias[dbias_index.offset(b, h, i, j)] += ds;
           // forward: s_ij = score_mod(scale * q_i . k_j); chain through ds'/ds by dual numbers
           const T raw = scale * dot(qi, kj, d.D);
