@@ -10,9 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "qkv/autograd/ops.hpp"
+#include "qkv/checks.hpp"
 #include "qkv/commands.hpp"
 #include "qkv/error.hpp"
 #include "qkv/models/checkpoint.hpp"
@@ -96,7 +98,11 @@ void run_demo(const DemoOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto begin = Clock::now();
   const fs::path out(o.out);
-  fs::create_directories(out / "heatmaps");
+  std::error_code error;
+  fs::create_directories(out / "heatmaps", error);
+  if (error) {
+    throw Error("--out", "a folder that can be created", o.out + " (" + error.message() + ")");
+  }
   std::printf(
       "qkv demo: a Transformer learns to translate a synthetic English into a French-like\n"
       "language, on %d threads; everything goes to %s/\n\n",
@@ -284,7 +290,13 @@ void run_demo(const DemoOptions& o) {
       {"model", model_path.string()},
       {"heatmaps", heatmaps},
   };
-  std::ofstream(out / "summary.json") << summary.dump(2) << "\n";
+  std::ofstream summary_file(out / "summary.json");
+  summary_file << summary.dump(2) << "\n";
+  summary_file.close();
+  if (!summary_file) {
+    throw Error("--out", "a folder summary.json can be written to",
+                (out / "summary.json").string());
+  }
   std::printf(
       "\nwritten to %s/: model.safetensors (try: qkv translate --model %s \"the black "
       "cat sat on the mat\"), heatmaps/*.png|svg|safetensors, summary.json\n"
@@ -300,46 +312,61 @@ void add_demo(CLI::App& app) {
       "demo", "Train a small translator, evaluate it, and draw where it looks (the main job)");
   demo->add_option("--out", options->out, "Output folder")->capture_default_str();
   demo->add_option("--seed", options->seed, "Seed of the corpus, the model and the batches")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(integer<std::uint64_t>(0));
   demo->add_option("--train-sentences", options->train_sentences, "Training pairs")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--eval-sentences", options->eval_sentences, "Held-out pairs")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--steps", options->steps,
                    "Training steps; 0 trains for --time-budget seconds, the learning rate decaying "
                    "with the time (steps then depend on the machine)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->transform(integer<std::int64_t>(0));
   demo->add_option("--time-budget", options->time_budget, "Seconds of training when --steps is 0")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(finite_number(/*allow_zero=*/false));
   demo->add_option("--max-steps", options->max_steps, "Most steps of a --time-budget run")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--batch", options->batch, "Sentence pairs per step")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  demo->add_option("--lr", options->lr, "Peak learning rate")->capture_default_str();
-  demo->add_option("--d-model", options->d_model, "Model width")->capture_default_str();
-  demo->add_option("--heads", options->heads, "Attention heads")->capture_default_str();
+      ->transform(integer<std::int64_t>(1));
+  demo->add_option("--lr", options->lr, "Peak learning rate")
+      ->capture_default_str()
+      ->check(finite_number(/*allow_zero=*/false));
+  demo->add_option("--d-model", options->d_model, "Model width (a multiple of --heads)")
+      ->capture_default_str()
+      ->transform(integer<std::int64_t>(1));
+  demo->add_option("--heads", options->heads, "Attention heads")
+      ->capture_default_str()
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--feedforward", options->feedforward, "Feed-forward width")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--layers", options->layers, "Encoder and decoder layers (each)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--beam", options->beam, "Beam width")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--beam-sentences", options->beam_sentences,
                    "Held-out sentences also decoded with beam search")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(integer<std::int64_t>(0));
   demo->add_option("--heatmaps", options->heatmaps, "Sentences to draw")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  demo->callback([options] { run_demo(*options); });
+      ->transform(integer<std::int64_t>(1));
+  demo->callback([options] {
+    if (options->d_model % options->heads != 0) {
+      throw CLI::ValidationError("--heads", "expected a divisor of --d-model " +
+                                                std::to_string(options->d_model) + ", got " +
+                                                std::to_string(options->heads));
+    }
+    run_demo(*options);
+  });
 }
 
 }  // namespace qkv::cli
