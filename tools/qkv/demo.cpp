@@ -17,6 +17,7 @@
 #include "qkv/checks.hpp"
 #include "qkv/commands.hpp"
 #include "qkv/error.hpp"
+#include "qkv/labels.hpp"
 #include "qkv/models/checkpoint.hpp"
 #include "qkv/models/corpus.hpp"
 #include "qkv/models/decode.hpp"
@@ -157,7 +158,7 @@ void run_demo(const DemoOptions& o) {
   train_options.steps = o.steps == 0 ? o.max_steps : o.steps;
   if (o.steps == 0) {
     train_options.time_budget = o.time_budget;
-    train_options.warmup_steps = 150;
+    train_options.warmup_steps = std::min<std::int64_t>(150, o.max_steps / 10);
     std::printf("training: %.0f s of steps of %lld sentence pairs\n", o.time_budget,
                 static_cast<long long>(o.batch));
   } else {
@@ -225,12 +226,11 @@ void run_demo(const DemoOptions& o) {
     b.decode.keep_weights = true;
     b.decode.max_length = config.max_length;
     const models::Translation t = models::beam_search(model, source.encode(sentences[i]), b);
-    std::vector<std::string> rows = target.decode(t.tokens);
-    rows.emplace_back("<eos>");
+    const std::vector<std::string> rows = row_labels(t, target);
     const Tensor weights = with_average(t.cross_weights);
     viz::HeatmapOptions h;
     h.x_labels = sentences[i];
-    h.y_labels = std::vector<std::string>(rows.begin(), rows.begin() + weights.size(1));
+    h.y_labels = rows;
     for (std::int64_t head = 0; head < config.heads; ++head) {
       h.panel_titles.push_back("head " + std::to_string(head));
     }

@@ -13,6 +13,7 @@
 #include "qkv/commands.hpp"
 #include "qkv/error.hpp"
 #include "qkv/files.hpp"
+#include "qkv/labels.hpp"
 #include "qkv/models/checkpoint.hpp"
 #include "qkv/models/corpus.hpp"
 #include "qkv/models/decode.hpp"
@@ -77,12 +78,9 @@ void run_translate(const TranslateOptions& o) {
         o.beam == 1 ? "greedy" : ("beam " + std::to_string(o.beam)).c_str(), t.step_seconds.size(),
         1e3 * median(t.step_seconds), 1e3 * total, t.log_probability);
     if (!o.heatmap.empty()) {
-      std::vector<std::string> rows = out;
-      rows.emplace_back("<eos>");
-      rows.resize(static_cast<std::size_t>(t.cross_weights.size(1)));
       viz::HeatmapOptions h;
       h.x_labels = words;
-      h.y_labels = rows;
+      h.y_labels = row_labels(t, bundle.target_vocabulary);
       h.title = models::join_words(words) + "  ->  " + models::join_words(out);
       const std::string path = numbered(o.heatmap, i, o.sentences.size());
       viz::write_heatmap(t.cross_weights, h, path);
