@@ -69,6 +69,8 @@ endif()
 # were once taken from the decoded words and ran past their end).
 set(tiny --train-sentences 100 --eval-sentences 2 --d-model 8 --heads 1 --layers 1
     --feedforward 8 --heatmaps 1 --beam 1 --beam-sentences 1)
+# One thread, as in test_cli_files.cmake: 2 s instead of 28 under ASan on a busy machine.
+set(ENV{OMP_NUM_THREADS} 1)
 run(${QKV} demo --out ${WORK}/untrained ${tiny} --steps 1 --seed 4294967295)
 if(NOT EXISTS ${WORK}/untrained/heatmaps/sentence-1.svg)
   message(FATAL_ERROR "qkv demo drew no heatmap of its untrained model:\n${out}")
