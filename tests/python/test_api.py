@@ -184,6 +184,34 @@ def test_errors_are_value_errors_with_the_cpp_message() -> None:
         qkv.attention_backward(out, q, k, v, out, lse[:, :, :2])
 
 
+def test_options_are_checked_not_truncated() -> None:
+    """A float where an integer is expected, or a value that is not a number, is refused with the
+    option's name instead of being truncated (2.7 keys would silently become 2)."""
+    q, k, v = randn(2, 4, 2, 8), randn(2, 4, 2, 8), randn(2, 4, 2, 8)
+    integers = r"expected a sequence of integers"
+    with pytest.raises(ValueError, match=rf"^key_lengths: {integers}, got \[2\.7, 3\]$"):
+        qkv.attention(q, k, v, key_lengths=[2.7, 3])
+    with pytest.raises(ValueError, match=rf"^query_lengths: {integers}"):
+        qkv.attention(q, k, v, query_lengths=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"^key_lengths: expected 64-bit integers, got \[\d+, 2\]"):
+        qkv.attention(q, k, v, key_lengths=[2**70, 2])
+    with pytest.raises(ValueError, match=r"^window: expected \(left, right\), got 3$"):
+        qkv.attention(q, k, v, window=3)
+    with pytest.raises(ValueError, match=r"^window: expected \(left, right\), got \(1\.5, 0\)"):
+        qkv.attention(q, k, v, window=(1.5, 0))
+    with pytest.raises(ValueError, match=r"^seed: expected an integer in \[0, 2\*\*64\), got 1\.5"):
+        qkv.attention(q, k, v, dropout_p=0.1, seed=1.5)
+    with pytest.raises(ValueError, match=r"^softcap: expected a number, got 'x'$"):
+        qkv.attention(q, k, v, softcap="x")
+    with pytest.raises(ValueError, match=r"^alibi_slopes: expected a sequence of numbers"):
+        qkv.attention(q, k, v, alibi_slopes=0.5)
+    with pytest.raises(ValueError, match=r"^attn_mask: expected bool, float32 or float64, got int"):
+        qkv.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(4, 4, dtype=torch.int64))
+    lengths = (np.array([3, 4]), torch.tensor([3, 4]), [np.int32(3), 4])
+    outs = [qkv.attention(q, k, v, key_lengths=n) for n in lengths]
+    assert all(torch.equal(outs[0], out) for out in outs[1:])
+
+
 def test_threads() -> None:
     before = qkv.get_num_threads()
     qkv.set_num_threads(1)
