@@ -12,7 +12,6 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <optional>
@@ -243,13 +242,9 @@ NB_MODULE(_qkv, m) {
     return nb::make_tuple(reinterpret_cast<std::uintptr_t>(a.data()), strides);
   });
 
-  m.def(
-      "set_num_threads",
-      [](int n) {
-        if (n < 1) throw qkv::Error("n", "at least 1 thread", std::to_string(n));
-        omp_set_num_threads(n);
-      },
-      "n"_a, "Sets the OpenMP threads qkv's kernels use (omp_set_num_threads).");
-  m.def("get_num_threads", &qkv::thread_count, "The OpenMP threads qkv's kernels use.");
+  m.def("set_num_threads", &qkv::set_num_threads, "n"_a,
+        "Sets qkv's thread budget (qkv::set_num_threads): the OpenMP threads its kernels share.");
+  m.def("get_num_threads", &qkv::num_threads,
+        "qkv's thread budget (qkv::num_threads): the OpenMP threads its kernels share.");
   m.attr("__version__") = std::string(qkv::version());
 }

@@ -25,7 +25,7 @@ struct BenchOptions {
   bool quick = false;
   bool no_decode = false;
   std::string json_path;
-  int threads = 0;  // 0: thread_count()
+  int threads = 0;  // 0: num_threads()
   int reps = 0;     // 0: bench::reps_for picks
   std::vector<std::int64_t> ts;
   std::vector<std::int64_t> ds;
@@ -134,7 +134,7 @@ void print_row(const bench::RowResult& r, bool have_peak) {
 }
 
 void run_bench(const BenchOptions& opt) {
-  const int threads = opt.threads > 0 ? opt.threads : thread_count();
+  const int threads = opt.threads > 0 ? opt.threads : num_threads();
   const DType dtype = opt.dtype == "f64" ? DType::f64 : DType::f32;
   std::vector<std::int64_t> ts =
       opt.quick ? std::vector<std::int64_t>{256, 512} : bench::kDefaultTs;
