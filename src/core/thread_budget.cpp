@@ -18,18 +18,21 @@ std::atomic<int>& budget() {
 }
 
 // The calls in flight that draw on the budget, and the threads they run besides their own calling
-// threads (the sum of threads() - 1): the budget bounds the second by num_threads() - 1.
+// threads (the sum of threads() - 1): the budget bounds the second by num_threads() - 1. Counts
+// only, ordering nothing else, so relaxed: acquire-release operations on them would order every
+// call after the previous ones, and ThreadSanitizer would no longer see a race between calls.
 std::atomic<int> calls_in_flight{0};
 std::atomic<int> helpers_in_use{0};
+constexpr auto kRelaxed = std::memory_order_relaxed;
 
 }  // namespace
 
 void set_num_threads(int n) {
   if (n < 1) throw Error("n", "at least 1 thread", std::to_string(n));
-  budget().store(n);
+  budget().store(n, kRelaxed);
 }
 
-int num_threads() { return budget().load(); }
+int num_threads() { return budget().load(kRelaxed); }
 
 namespace detail {
 
@@ -38,15 +41,15 @@ ThreadShare::ThreadShare(int wanted) : saved_(omp_get_max_threads()) {
   // oversubscribe the CPUs, so the call runs on its calling thread (what libgomp does anyway
   // for nested regions unless the caller raised omp_set_max_active_levels).
   if (!omp_in_parallel()) {
-    const int in_flight = calls_in_flight.fetch_add(1) + 1;
+    const int in_flight = calls_in_flight.fetch_add(1, kRelaxed) + 1;
     counted_ = true;
     const int total = num_threads();
     const int fair = std::max(1, std::min(wanted, total / in_flight));
-    int used = helpers_in_use.load();
+    int used = helpers_in_use.load(kRelaxed);
     int helpers = 0;
     do {
       helpers = std::clamp(total - 1 - used, 0, fair - 1);
-    } while (!helpers_in_use.compare_exchange_weak(used, used + helpers));
+    } while (!helpers_in_use.compare_exchange_weak(used, used + helpers, kRelaxed));
     threads_ = 1 + helpers;
   }
   omp_set_num_threads(threads_);
@@ -55,8 +58,8 @@ ThreadShare::ThreadShare(int wanted) : saved_(omp_get_max_threads()) {
 ThreadShare::~ThreadShare() {
   omp_set_num_threads(saved_);
   if (counted_) {
-    helpers_in_use.fetch_sub(threads_ - 1);
-    calls_in_flight.fetch_sub(1);
+    helpers_in_use.fetch_sub(threads_ - 1, kRelaxed);
+    calls_in_flight.fetch_sub(1, kRelaxed);
   }
 }
 
