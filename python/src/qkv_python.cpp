@@ -121,6 +121,7 @@ struct Options {
   std::optional<double> scale;
   double dropout_p = 0.0;
   std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
   std::string backend = "auto";
 
   qkv::AttentionOptions to_qkv() const {
@@ -144,6 +145,7 @@ struct Options {
     o.scale = scale;
     o.dropout_p = dropout_p;
     o.seed = seed;
+    o.offset = offset;
     if (backend == "auto") {
       o.backend = qkv::Backend::automatic;
     } else if (backend == "cpu") {
@@ -227,6 +229,7 @@ NB_MODULE(_qkv, m) {
       .def_rw("scale", &Options::scale)
       .def_rw("dropout_p", &Options::dropout_p)
       .def_rw("seed", &Options::seed)
+      .def_rw("offset", &Options::offset)
       .def_rw("backend", &Options::backend);
 
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "options"_a, "torch"_a);

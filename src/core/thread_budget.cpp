@@ -12,6 +12,8 @@
 namespace qkv {
 namespace {
 
+// num_threads(): OpenMP's count on the thread that first asks (OMP_NUM_THREADS, else the CPUs),
+// until set_num_threads.
 std::atomic<int>& budget() {
   static std::atomic<int> threads{omp_get_max_threads()};
   return threads;
