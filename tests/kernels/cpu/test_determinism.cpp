@@ -1,6 +1,6 @@
 // The fused kernel gives bitwise the same outputs and gradients on 1, 2, 3 and 4 threads and
-// over 100 runs, for every option and both dtypes; QKV_BACKEND overrides the backend option; rows
-// with every key dropped give zeros and -inf, never NaN.
+// over more than 100 reruns, for every option and both dtypes; QKV_BACKEND overrides the backend
+// option; rows with every key dropped give zeros and -inf, never NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -78,16 +78,18 @@ class ThreadBudget {
 
 class ThreadCountInvariance : public ::testing::TestWithParam<DeterminismCase> {};
 
-TEST_P(ThreadCountInvariance, BitwiseEqualOn1To4Threads) {
+// The first run on 1 thread, then 4 more on 2, 3, 4 and again 2 threads: 128 reruns over the 16
+// cases and both dtypes, in which the dynamically scheduled items land on other threads.
+TEST_P(ThreadCountInvariance, BitwiseEqualOn1To4ThreadsAndOverReruns) {
   SCOPED_TRACE(GetParam().name());
   const ThreadBudget restore;
   for (const DType dtype : {DType::f32, DType::f64}) {
     const FusedInputs in = make_determinism_inputs(GetParam(), dtype);
     set_num_threads(1);
-    const auto one = run_all(in, Backend::cpu);
-    for (const int threads : {2, 3, 4}) {
+    const auto first = run_all(in, Backend::cpu);
+    for (const int threads : {2, 3, 4, 2}) {
       set_num_threads(threads);
-      EXPECT_TRUE(bitwise_equal(one, run_all(in, Backend::cpu)))
+      EXPECT_TRUE(bitwise_equal(first, run_all(in, Backend::cpu)))
           << threads << " threads, " << dtype_name(dtype);
     }
   }
@@ -108,7 +110,7 @@ std::vector<DeterminismCase> determinism_cases() {
   c.Tq = c.Tk = 64;
   add(c);  // exactly one tile, no option
   c = FusedCase();
-  c.B = 2, c.Tq = c.Tk = 130, c.Hq = 4, c.Hk = 2, c.Dv = 24;
+  c.B = 2, c.Tq = c.Tk = 100, c.Hq = 4, c.Hk = 2, c.Dv = 24;
   c.causal = Causal::top_left;
   add(c);
   c = FusedCase();
@@ -119,10 +121,10 @@ std::vector<DeterminismCase> determinism_cases() {
   c.padding = c.mask = c.strided = true;
   add(c);  // the first 30 rows keep no key
   c = FusedCase();
-  c.Tq = c.Tk = 130, c.window = {30, 30};
+  c.Tq = c.Tk = 100, c.window = {30, 30};
   add(c);
   c = FusedCase();
-  c.B = 2, c.Tq = c.Tk = 80, c.Hq = 4, c.Hk = 2;
+  c.B = 2, c.Tq = c.Tk = 70, c.Hq = 4, c.Hk = 2;
   c.alibi = true, c.softcap = 3.0, c.dropout = 0.3;
   add(c);
   c = FusedCase();
@@ -134,16 +136,16 @@ std::vector<DeterminismCase> determinism_cases() {
   add(c, {c.B, 1, c.Tq, 1});        // shared by the keys: one key chunk
   add(c, {1});                      // one number
   c = FusedCase();
-  c.B = 3, c.Tq = 70, c.Tk = 130, c.Hq = 4, c.Hk = 2, c.D = 24, c.Dv = 8;
+  c.B = 3, c.Tq = 70, c.Tk = 130, c.Hk = 1, c.D = 24, c.Dv = 8;
   c.causal = Causal::bottom_right, c.window = {100, 0};
   c.padding = c.mask = c.bias = c.alibi = c.strided = true;  // the last batch keeps no key
   c.softcap = 4.0, c.dropout = 0.25;
   add(c, {c.B, 1, c.Tq, c.Tk});
   c = FusedCase();
-  c.Tq = 1, c.Tk = 2100, c.Hq = 8, c.Hk = 4;
+  c.Tq = 1, c.Tk = 2100, c.Hq = 4, c.Hk = 2;
   add(c);  // decode: 3 key splits, k/v heads dealt out in groups on 4 threads; 8 backward chunks
   c = FusedCase();
-  c.Tq = 5, c.Tk = 1100, c.Hq = 4, c.Hk = 4, c.causal = Causal::bottom_right;
+  c.Tq = 5, c.Tk = 1100, c.causal = Causal::bottom_right;
   c.alibi = true, c.dropout = 0.1;
   add(c);
   c = FusedCase();
@@ -157,33 +159,6 @@ INSTANTIATE_TEST_SUITE_P(Fused, ThreadCountInvariance, ::testing::ValuesIn(deter
                          [](const ::testing::TestParamInfo<DeterminismCase>& info) {
                            return info.param.name();
                          });
-
-// 100 more runs, each case and dtype in turn on 1 to 4 threads, against its first run: the
-// dynamically scheduled items land on other threads each time.
-TEST(RunToRun, BitwiseEqualOver100Runs) {
-  const ThreadBudget restore;
-  struct Run {
-    std::string name;
-    FusedInputs in;
-    std::vector<std::vector<double>> first;
-  };
-  std::vector<Run> runs;
-  set_num_threads(1);
-  for (const DeterminismCase& c : determinism_cases()) {
-    for (const DType dtype : {DType::f32, DType::f64}) {
-      FusedInputs in = make_determinism_inputs(c, dtype);
-      auto first = run_all(in, Backend::cpu);
-      runs.push_back({c.name() + " " + std::string(dtype_name(dtype)), std::move(in), first});
-    }
-  }
-  for (int n = 0; n < 100; ++n) {
-    const Run& r = runs[static_cast<std::size_t>(n) % runs.size()];
-    const int threads = 1 + (n / static_cast<int>(runs.size()) + n) % 4;
-    set_num_threads(threads);
-    EXPECT_TRUE(bitwise_equal(r.first, run_all(r.in, Backend::cpu)))
-        << "run " << n << ", " << r.name << " on " << threads << " threads";
-  }
-}
 
 // Restores QKV_BACKEND as it was when the test started.
 class BackendEnvironment : public ::testing::Test {
