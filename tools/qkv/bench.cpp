@@ -215,7 +215,8 @@ void add_bench(CLI::App& app) {
                 "First measure the FMA peak and STREAM bandwidth and show each row's fraction of "
                 "them (without it the fraction columns are left out and JSON has null)");
   cmd->add_option("--json", opt->json_path, "Also write the results to this JSON file");
-  cmd->add_option("--threads", opt->threads, "OpenMP threads (default: all, OMP_NUM_THREADS)")
+  cmd->add_option("--threads", opt->threads,
+                  "qkv::set_num_threads (default: OMP_NUM_THREADS or all)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--reps", opt->reps,
                   "Timed repetitions per row (default: enough for ~10 s a row, 3 to 10)")
