@@ -13,7 +13,9 @@ The options compose; for query i and key j of batch b and head h (tq, tk the len
   ("top_left": j > i; "bottom_right": j > i + tk - tq) or window = (left, right) does
   (j < i + tk - tq - left or j > i + tk - tq + right; -1 is unbounded);
   P = softmax over the kept keys; dropout keeps each P entry with probability 1 - dropout_p (a
-  Philox decision keyed by seed, b, h, i, j) and scales it by 1 / (1 - dropout_p);
+  Philox decision keyed by seed, offset, b, h, i, j, the same as C++'s
+  qkv::dropout_keep(seed, offset, b * Hq + h, i, j, dropout_p)) and scales it by
+  1 / (1 - dropout_p);
   out_i = sum_j P_ij v_j, the k/v head of query head h being h // (Hq // Hk).
 A row with every key dropped gives out 0, lse -inf and zero gradients.
 
@@ -96,6 +98,7 @@ def _options(
     scale: Optional[float] = None,
     dropout_p: float = 0.0,
     seed: int = 0,
+    offset: int = 0,
     backend: str = "auto",
 ) -> _qkv.Options:
     options = _qkv.Options()
@@ -123,6 +126,13 @@ def _options(
     if not valid:
         raise ValueError(f"seed: expected an integer in [0, 2**64), got {seed!r}")
     options.seed = operator.index(seed)
+    try:
+        valid = 0 <= operator.index(offset) < 2**64
+    except TypeError:
+        valid = False
+    if not valid:
+        raise ValueError(f"offset: expected an integer in [0, 2**64), got {offset!r}")
+    options.offset = operator.index(offset)
     options.backend = backend
     return options
 
@@ -143,6 +153,7 @@ def attention(
     scale: Optional[float] = None,
     dropout_p: float = 0.0,
     seed: int = 0,
+    offset: int = 0,
     backend: str = "auto",
     return_lse: bool = False,
 ):
@@ -161,6 +172,7 @@ def attention(
         scale=scale,
         dropout_p=dropout_p,
         seed=seed,
+        offset=offset,
         backend=backend,
     )
     out, lse = _qkv.forward(_array(q), _array(k), _array(v), options, _is_torch(q))
@@ -171,8 +183,8 @@ def attention_backward(
     dout: Array, q: Array, k: Array, v: Array, out: Array, lse: Array, **options: Any
 ) -> tuple:
     """dout [B, Tq, Hq, Dv], q, k, v, out and lse as attention(..., return_lse=True) took and
-    gave them, with the same keyword options (seed included) -> (dq, dk, dv), and dbias in the
-    bias's own shape as a fourth element when a bias is given."""
+    gave them, with the same keyword options (seed and offset included) -> (dq, dk, dv), and
+    dbias in the bias's own shape as a fourth element when a bias is given."""
     arrays = [_array(x) for x in (dout, q, k, v, out, lse)]
     return _qkv.backward(*arrays, _options(**options), _is_torch(q))
 

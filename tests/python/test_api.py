@@ -4,6 +4,7 @@ scaled_dot_product_attention, errors as ValueError with the C++ message, threads
 
 from __future__ import annotations
 
+import concurrent.futures
 import subprocess
 import sys
 
@@ -220,6 +221,35 @@ def test_threads() -> None:
     assert qkv.get_num_threads() == before
     with pytest.raises(ValueError, match=r"^n: expected at least 1 thread, got 0$"):
         qkv.set_num_threads(0)
+
+
+def test_threads_budget_is_qkvs_own() -> None:
+    """qkv.set_num_threads sets qkv's budget, not torch's count (nor the reverse)."""
+    before, torch_before = qkv.get_num_threads(), torch.get_num_threads()
+    qkv.set_num_threads(3)
+    torch.set_num_threads(1)
+    assert (qkv.get_num_threads(), torch.get_num_threads()) == (3, 1)
+    qkv.set_num_threads(before)
+    torch.set_num_threads(torch_before)
+
+
+def test_python_threads_give_the_sequential_results() -> None:
+    """8 Python threads (the calls release the GIL) calling the forward and the backward on
+    different inputs at once give bitwise the results of the same calls made one by one."""
+
+    def work(n: int):
+        q = randn(2, 40, 4, 16, seed=n)
+        k = randn(2, 70, 2, 16, seed=n + 1)
+        v = randn(2, 70, 2, 16, seed=n + 2)
+        options = {"causal": "bottom_right", "dropout_p": 0.2, "seed": n, "offset": 2**40 + n}
+        out, lse = qkv.attention(q, k, v, return_lse=True, **options)
+        return (out, lse) + tuple(qkv.attention_backward(out, q, k, v, out, lse, **options))
+
+    sequential = [work(n) for n in range(16)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        concurrent_results = list(pool.map(work, range(16)))
+    for n, (a, b) in enumerate(zip(sequential, concurrent_results)):
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), f"work {n}"
 
 
 def test_import_without_torch() -> None:

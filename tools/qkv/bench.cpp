@@ -26,7 +26,7 @@ struct BenchOptions {
   bool quick = false;
   bool no_decode = false;
   std::string json_path;
-  int threads = 0;  // 0: thread_count()
+  int threads = 0;  // 0: num_threads()
   int reps = 0;     // 0: bench::reps_for picks
   std::vector<std::int64_t> ts;
   std::vector<std::int64_t> ds;
@@ -135,7 +135,7 @@ void print_row(const bench::RowResult& r, bool have_peak) {
 }
 
 void run_bench(const BenchOptions& opt) {
-  const int threads = opt.threads > 0 ? opt.threads : thread_count();
+  const int threads = opt.threads > 0 ? opt.threads : num_threads();
   const DType dtype = opt.dtype == "f64" ? DType::f64 : DType::f32;
   std::vector<std::int64_t> ts =
       opt.quick ? std::vector<std::int64_t>{256, 512} : bench::kDefaultTs;
@@ -216,7 +216,8 @@ void add_bench(CLI::App& app) {
                 "First measure the FMA peak and STREAM bandwidth and show each row's fraction of "
                 "them (without it the fraction columns are left out and JSON has null)");
   cmd->add_option("--json", opt->json_path, "Also write the results to this JSON file");
-  cmd->add_option("--threads", opt->threads, "OpenMP threads (default: all, OMP_NUM_THREADS)")
+  cmd->add_option("--threads", opt->threads,
+                  "qkv::set_num_threads (default: OMP_NUM_THREADS or all)")
       ->transform(integer<int>(1, 4096));
   cmd->add_option("--reps", opt->reps,
                   "Timed repetitions per row (default: enough for ~10 s a row, 3 to 10)")

@@ -107,7 +107,7 @@ void run_demo(const DemoOptions& o) {
   std::printf(
       "qkv demo: a Transformer learns to translate a synthetic English into a French-like\n"
       "language, on %d threads; everything goes to %s/\n\n",
-      thread_count(), out.string().c_str());
+      num_threads(), out.string().c_str());
 
   // 1. Data
   const std::vector<SentencePair> train = models::generate_corpus(o.train_sentences, o.seed);
@@ -278,7 +278,7 @@ void run_demo(const DemoOptions& o) {
       {"train_steps", report.steps},
       {"batch_size", o.batch},
       {"final_loss", report.losses.back()},
-      {"threads", thread_count()},
+      {"threads", num_threads()},
       {"seed", o.seed},
       {"parameters", parameters},
       {"buckets", buckets},
