@@ -18,9 +18,13 @@ packages=(
   libblis-dev
 )
 
-setup() {
+# Only for the test command: clang and LLVM's OpenMP runtime with its Archer tool (libomp-dev,
+# which brings libarcher.so) for the ThreadSanitizer build (CMakePresets.json, "tsan").
+test_packages=(clang libomp-dev)
+
+setup() {  # setup [EXTRA PACKAGE...]
   local missing=()
-  for package in "${packages[@]}"; do
+  for package in "${packages[@]}" "$@"; do
     if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed"; then
       missing+=("$package")
     fi
@@ -92,7 +96,7 @@ demo() {
 }
 
 run_tests() {
-  setup
+  setup "${test_packages[@]}"
   # pip's downloads (torch and its CUDA libraries, ~3 GB) run while the compiler works.
   setup_python &
   local venv_job=$!
@@ -104,6 +108,10 @@ run_tests() {
   # crash or touch memory it should not.
   build asan
   ctest --preset asan
+  # test_concurrency under ThreadSanitizer: many threads calling qkv at once must not race, with
+  # each other or among the OpenMP threads of one call. The build has only that test.
+  build tsan
+  ctest --preset tsan
 }
 
 case "${1:-}" in

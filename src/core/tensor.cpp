@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <optional>
 #include <string>
@@ -21,21 +22,34 @@ using core::wrap_dim;
 
 constexpr std::size_t kAlignment = 64;
 
+// The number of elements of shape; refuses negative sizes and products past 2^60 elements (which
+// no memory holds; 2^60 elements of 8 bytes still count in 64 bits).
 std::int64_t checked_numel(const Shape& shape, const char* argument) {
-  std::int64_t n = 1;
   for (const std::int64_t s : shape) {
     if (s < 0) throw Error(argument, "non-negative sizes", shape_string(shape));
+  }
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  constexpr std::int64_t kMaxElements = std::int64_t{1} << 60;
+  std::int64_t n = 1;
+  for (const std::int64_t s : shape) {
+    if (n > kMaxElements / s) {
+      throw Error(argument, "at most 2^60 elements", shape_string(shape));
+    }
     n *= s;
   }
   return n;
 }
 
+// Row-major strides. The product of the sizes other than 0 may pass 2^63 only for a shape with no
+// elements (checked_numel bounds the others), whose strides address nothing: they saturate.
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   std::int64_t running = 1;
   for (std::size_t d = shape.size(); d-- > 0;) {
     strides[d] = running;
-    running *= std::max<std::int64_t>(shape[d], 1);
+    if (__builtin_mul_overflow(running, std::max<std::int64_t>(shape[d], 1), &running)) {
+      running = std::numeric_limits<std::int64_t>::max();
+    }
   }
   return strides;
 }
@@ -300,6 +314,7 @@ template f16* Tensor::data_as<f16>() const;
 template std::uint8_t* Tensor::data_as<std::uint8_t>() const;
 
 std::int64_t Tensor::offset_of(const std::int64_t* index, std::size_t n) const {
+  if (!defined_) throw Error("tensor", "a defined tensor", "an undefined tensor");
   if (n != shape_.size()) {
     throw Error("index", std::to_string(shape_.size()) + " coordinates", std::to_string(n));
   }
