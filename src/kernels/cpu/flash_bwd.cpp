@@ -117,6 +117,26 @@ void products_kept(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int
   }
 }
 
+// S [rows, kBk] <- (scale q_i) . k_j for the rows [row0, row0 + rows) of [B, Hq, Tq] against the
+// keys [j0, j0 + cols) of k/v head `head` (b * Hk + hk); columns past cols hold 0 (the pack's
+// zero padding) or are left as they are. Decode shapes take their scores from score_dot, as the
+// split-keys forward did.
+template <class T>
+void tile_scores(const Dims& d, const Packed<T>& packed, std::int64_t head, std::int64_t row0,
+                 std::int64_t rows, std::int64_t j0, std::int64_t cols, T* S) {
+  const T* q = packed.q + row0 * d.D;
+  if (d.Tq <= TileTraits::kDecodeMaxQueries) {
+    const T* k = packed.k + head * d.D * packed.tk_pad + j0 * d.D;  // this tile's rows, [kBk, D]
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c)
+        S[r * kBk + c] = score_dot(q + r * d.D, k + c * d.D, d.D);
+    }
+  } else {
+    gemm<true>(rows, kBk, d.D, q, d.D, packed.kt + head * d.D * packed.tk_pad + j0 * d.D, kBk, S,
+               kBk, false);
+  }
+}
+
 // One tile: rows [i0, i0 + rows) of head h against keys [j0, j0 + cols) of k/v head hk.
 // Accumulates into scratch.dk / scratch.dv (this k-block), dq_part ([B, Hq, Tq, D], like
 // packed.q) and dbias.
@@ -144,17 +164,8 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   T* Z = scratch.z.get();
   T* grad = scratch.grad.get();
 
-  // forward: s = score_mod((scale q) . k), masked; P = exp(s - lse). Decode shapes take their
-  // scores from score_dot, as the split-keys forward did.
-  if (d.Tq <= TileTraits::kDecodeMaxQueries) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t c = 0; c < cols; ++c)
-        P[r * kBk + c] = score_dot(q + r * d.D, k + c * d.D, d.D);
-    }
-  } else {
-    gemm<true>(rows, kBk, d.D, q, d.D, packed.kt + head * d.D * packed.tk_pad + j0 * d.D, kBk, P,
-               kBk, false);
-  }
+  // forward: s = score_mod((scale q) . k), masked; P = exp(s - lse)
+  tile_scores(d, packed, head, row0, rows, j0, cols, P);
   score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
   for (std::int64_t r = 0; r < rows; ++r) {
     T* row = P + r * kBk;
@@ -256,8 +267,7 @@ void inverse_row_sums(const Problem<T>& p, const Packed<T>& packed, const T* lse
         const std::int64_t cols = std::min(kBk, d.Tk - j0);
         const TileKind kind = classify(p.mask_mod, b, i0, i0 + rows, j0, j0 + cols);
         if (kind == TileKind::empty) continue;
-        gemm<true>(rows, kBk, d.D, packed.q + row0 * d.D, d.D,
-                   packed.kt + head * d.D * packed.tk_pad + j0 * d.D, kBk, tile.get(), kBk, false);
+        tile_scores(d, packed, head, row0, rows, j0, cols, tile.get());
         score_tile(p, b, h, i0, rows, j0, cols, kind, tile.get(), static_cast<T*>(nullptr));
         for (std::int64_t r = 0; r < rows; ++r) {
           if (lse[row0 + r] != kNegInf) sums[r] += row_exp(tile.get() + r * kBk, lse[row0 + r]);

@@ -60,21 +60,24 @@ void score_row(const Dims& d, const T* q, const T* k, T scale, const ScoreMod& s
 }
 
 // p [Tk]: row i of P from its scores s [Tk] (after score_mod), kept [Tk] and lse: exp(s_j - lse)
-// over the kept keys, divided by its sum, 0 elsewhere. The backward's dS_ij = P_ij (dP_ij - D_i)
-// with D_i = dO_i . O_i assumes that the row sums to 1: off by a common factor 1 + e (and O_i
-// and D_i with it), dS_ij errs by e P_ij D_i, large next to dS_ij where P_ij is near 1 and dP_ij
-// near D_i. In exact arithmetic the sum is 1; in f32, lse carries the rounding of a number of
-// its size, up to half an ulp of |lse| (2^-19 relative at |lse| ~ 50, where soft-capping at c =
-// 50 puts it), and without the division dk's f32 error was 9x PyTorch's composed ops' (softcap
-// 50, ALiBi, a window of 16, MQA). The forward and the backward both call this, so they use the
-// very same P.
+// over the kept keys, 0 elsewhere; with normalize, divided by its sum. The backward's dS_ij =
+// P_ij (dP_ij - D_i) with D_i = dO_i . O_i assumes that the row sums to 1: off by a common factor
+// 1 + e (and O_i and D_i with it), dS_ij errs by e P_ij D_i, large next to dS_ij where P_ij is
+// near 1 and dP_ij near D_i. In exact arithmetic the sum is 1; in f32, lse carries the rounding
+// of a number of its size, up to half an ulp of |lse| (2^-19 relative at |lse| ~ 50, where
+// soft-capping at c = 50 puts it), and without the division dk's f32 error was 9x PyTorch's
+// composed ops' (softcap 50, ALiBi, a window of 16, MQA). Only with soft-capping, as the fused
+// backward does it (inverse_row_sums), so that both backends round alike without it: there a
+// row's lse is as large only for scores as large, whose own rounding is as large. The forward
+// and the backward both call this, so they use the very same P.
 template <class T>
-void probability_row(const T* s, const bool* kept, std::int64_t n, T lse, T* p) {
+void probability_row(const T* s, const bool* kept, std::int64_t n, T lse, bool normalize, T* p) {
   T sum = 0;
   for (std::int64_t j = 0; j < n; ++j) {
     p[j] = kept[j] ? std::exp(s[j] - lse) : T(0);
     sum += p[j];
   }
+  if (!normalize) return;
   for (std::int64_t j = 0; j < n; ++j) {
     if (kept[j]) p[j] /= sum;
   }
@@ -128,7 +131,7 @@ void attention_fwd_ref(const Dims& d, const T* q, const T* k, const T* v, T scal
         for (std::int64_t j = 0; j < d.Tk; ++j) sum += kept[j] ? std::exp(s[j] - m) : T(0);
         const T row_lse = m + std::log(sum);
         lse[lse_index(d, b, h, i)] = row_lse;
-        probability_row(s.data(), kept.get(), d.Tk, row_lse, p.data());
+        probability_row(s.data(), kept.get(), d.Tk, row_lse, score_mod.softcap > 0, p.data());
         if (wi) {
           for (std::int64_t j = 0; j < d.Tk; ++j) wi[j] = p[j];
         }
@@ -167,7 +170,7 @@ void attention_bwd_ref(const Dims& d, const T* q, const T* k, const T* v, const 
         const T row_lse = lse[lse_index(d, b, h, i)];
         if (row_lse == -std::numeric_limits<T>::infinity()) continue;  // zero gradients
         score_row(d, q, k, scale, score_mod, mask_mod, b, h, i, s.data(), kept.get());
-        probability_row(s.data(), kept.get(), d.Tk, row_lse, prob.data());
+        probability_row(s.data(), kept.get(), d.Tk, row_lse, score_mod.softcap > 0, prob.data());
         const T* qi = q + qo_row(d, b, i, h) * d.D;
         const T* doi = dout + qo_row(d, b, i, h) * d.Dv;
         const T* oi = out + qo_row(d, b, i, h) * d.Dv;
