@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -82,9 +83,18 @@ struct Prepared {
   }
 };
 
+// B = 0, Tq = 0 or Tk = 0: an empty problem, answered here so that every backend agrees and the
+// kernels only ever see B, Tq, Tk >= 1. Without keys every row is fully masked.
+bool empty_problem(const kernels::Dims& dims) { return dims.B * dims.Tq * dims.Tk == 0; }
+
 template <class T>
 void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
                 const AttentionOptions& options, Tensor& out, Tensor& lse) {
+  if (empty_problem(dims)) {
+    out.fill(0.0);
+    lse.fill(-std::numeric_limits<double>::infinity());
+    return;
+  }
   const Prepared<T> prepared(dims, q, k, v, options);
   Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, dims.Dv}, dtype_of<T>());
   Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
@@ -103,6 +113,12 @@ template <class T>
 void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q, const Tensor& k,
                  const Tensor& v, const Tensor& out, const Tensor& lse,
                  const AttentionOptions& options, AttentionGrads& grads) {
+  if (empty_problem(dims)) {  // no row reads any key: zero gradients
+    for (Tensor* g : {&grads.dq, &grads.dk, &grads.dv, &grads.dbias}) {
+      if (g->defined()) g->fill(0.0);
+    }
+    return;
+  }
   const Prepared<T> prepared(dims, q, k, v, options);
   const Tensor dout_t = dout.to(dtype_of<T>()).contiguous();
   const Tensor out_t = out.to(dtype_of<T>()).contiguous();
@@ -132,6 +148,7 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
 template <class T>
 Tensor weights_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
                   const AttentionOptions& options, DType dtype) {
+  if (empty_problem(dims)) return Tensor::zeros({dims.B, dims.Hq, dims.Tq, dims.Tk}, dtype);
   const Prepared<T> prepared(dims, q, k, v, options);
   Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, 1}, dtype_of<T>());
   Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());

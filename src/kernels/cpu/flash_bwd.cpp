@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -44,7 +46,9 @@ struct BackwardScratch {
 // Packed operands shared by all items, for every (b, k/v head), in tiles of kBk keys so that no
 // product strides across pages or cache sets (see pack.hpp): K^T and V^T ([D or Dv, kBk] per
 // tile) for the scores and dP, and K ([kBk, D] per tile) for dQ. head_stride = tk_pad. And Q and
-// dO head by head, [B, Hq, Tq, D or Dv], so that a q-block's rows are contiguous.
+// dO head by head, [B, Hq, Tq, D or Dv], so that a q-block's rows are contiguous. And whether
+// they hold only finite numbers: per (b, k/v head, k-block) for K, per (b, head, q-block of kBq
+// rows) for Q and dO together.
 template <class T>
 struct Packed {
   std::int64_t tk_pad = 0;
@@ -53,7 +57,36 @@ struct Packed {
   const T* k = nullptr;
   const T* q = nullptr;
   const T* dout = nullptr;
+  const std::uint8_t* k_finite = nullptr;   // [B * Hk, tk_pad / kBk]
+  const std::uint8_t* qo_finite = nullptr;  // [B * Hq, q_blocks]
+  std::int64_t q_blocks = 0;
 };
+
+// The products of one tile over the pairs that reach a result only: (r, c) with c < cols, a row
+// whose lse is not -inf, and a key the mask keeps. For tiles where a non-finite value of Q or dO
+// (row side) or K (key side) would otherwise meet a dropped pair's 0 and make NaN (0 * inf):
+//   dV [cols, Dv] += (P * Z)^T dO and dK [cols, D] += dS^T Q when rows_finite is false,
+//   dQ [rows, D] += dS K when keys_finite is false; the other products are left to the caller.
+template <class T>
+void products_kept(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
+                   std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
+                   const T* lse_row, bool rows_finite, bool keys_finite, const T* PZ, const T* dS,
+                   const T* q, const T* dob, const T* k, T* dq, T* dk, T* dv) {
+  const Dims& d = p.dims;
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (lse_row[r] == kNegInf) continue;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      if (kind == TileKind::partial && !p.mask_mod(b, h, i0 + r, j0 + c)) continue;
+      const T ds = dS[r * kBk + c];
+      if (!rows_finite) {
+        axpy(PZ[r * kBk + c], dob + r * d.Dv, dv + c * d.Dv, d.Dv);
+        axpy(ds, q + r * d.D, dk + c * d.D, d.D);
+      }
+      if (!keys_finite) axpy(ds, k + c * d.D, dq + r * d.D, d.D);
+    }
+  }
+}
 
 // One tile: rows [i0, i0 + rows) of head h against keys [j0, j0 + cols) of k/v head hk.
 // Accumulates into scratch.dk / scratch.dv (this k-block), dq_part ([B, Hq, Tq, D], like
@@ -72,6 +105,8 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   const T* dob = packed.dout + row0 * d.Dv;
   const T* lse_row = lse + row0;
   const T* delta_row = delta + row0;
+  const bool rows_finite = packed.qo_finite[(b * d.Hq + h) * packed.q_blocks + i0 / kBq];
+  const bool keys_finite = packed.k_finite[head * (packed.tk_pad / kBk) + j0 / kBk];
   const bool softcap = p.score_mod.softcap > 0;
   const bool dropout = p.dropout.enabled();
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -80,17 +115,20 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   T* Z = scratch.z.get();
   T* grad = scratch.grad.get();
 
-  // forward: s = score_mod(scale * q . k), masked; P = exp(s - lse)
+  // forward: s = score_mod((scale q) . k), masked; P = exp(s - lse)
   gemm<true>(rows, kBk, d.D, q, d.D, packed.kt + head * d.D * packed.tk_pad + j0 * d.D, kBk, P, kBk,
              false);
-  const T row_scale =
-      score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
+  score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
   for (std::int64_t r = 0; r < rows; ++r) {
     T* row = P + r * kBk;
     if (lse_row[r] == kNegInf) {
       std::fill(row, row + kBk, T(0));  // every key of this row dropped: zero gradients
     } else {
-      row_exp(row, row_scale, lse_row[r]);
+      row_exp(row, lse_row[r]);
+      // A NaN lse (a row the forward found NaN) makes exp(-inf - lse) NaN where the mask drops.
+      if (kind == TileKind::partial && std::isnan(lse_row[r])) {
+        mask_row(p.mask_mod, b, h, i0 + r, j0, cols, T(0), row);
+      }
     }
   }
   if (dropout) dropout_tile(p, b, h, i0, rows, j0, cols, Z);
@@ -106,7 +144,9 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
     }
     PZ = pz;
   }
-  gemm<false, true>(cols, d.Dv, rows, PZ, kBk, dob, d.Dv, scratch.dv.get(), d.Dv, true);
+  if (rows_finite) {
+    gemm<false, true>(cols, d.Dv, rows, PZ, kBk, dob, d.Dv, scratch.dv.get(), d.Dv, true);
+  }
 
   // dP = (dO V^T) * Z; dS = P * (dP - D_i), with D_i = rowsum(dO_i * O_i)
   gemm<true>(rows, kBk, d.Dv, dob, d.Dv, packed.vt + head * d.Dv * packed.tk_pad + j0 * d.Dv, kBk,
@@ -114,20 +154,29 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   for (std::int64_t r = 0; r < rows; ++r) {
     T* dp = dP + r * kBk;
     const T* pr = P + r * kBk;
+    if (lse_row[r] == kNegInf) {  // zero gradients, whatever dO, O and V hold
+      std::fill(dp, dp + kBk, T(0));
+      continue;
+    }
     if (dropout) row_mul(dp, Z + r * kBk);
     for (std::int64_t c = 0; c < cols; ++c) dp[c] = pr[c] * (dp[c] - delta_row[r]);
+    // Where the mask drops, P is 0 but dP - D_i may be NaN (a NaN value, a NaN dO): 0, not NaN.
+    if (kind == TileKind::partial) mask_row(p.mask_mod, b, h, i0 + r, j0, cols, T(0), dp);
     // forward: s += bias  ->  dbias = dS, summed over the bias's broadcast dimensions
     if (dbias != nullptr) {
       for (std::int64_t c = 0; c < cols; ++c)
         dbias[dbias_index.offset(b, h, i0 + r, j0 + c)] += dp[c];
     }
-    // forward: s = score_mod(scale * q . k)  ->  d(q . k) = dS * score_mod' * scale
+    // forward: s' = score_mod(s), s = (scale q) . k  ->  ds = ds' * score_mod'(s)
     if (softcap) row_mul(dp, grad + r * kBk);
-    for (std::int64_t c = 0; c < cols; ++c) dp[c] *= p.scale;
   }
-  // dQ += dS K ; dK += dS^T Q
-  gemm(rows, d.D, cols, dP, kBk, k, d.D, dq_part + row0 * d.D, d.D, true);
-  gemm<false, true>(cols, d.D, rows, dP, kBk, q, d.D, scratch.dk.get(), d.D, true);
+  // dQ += dS K (times the scale, applied once to the sum of the partials); dK += dS^T (scale Q)
+  if (keys_finite) gemm(rows, d.D, cols, dP, kBk, k, d.D, dq_part + row0 * d.D, d.D, true);
+  if (rows_finite) gemm<false, true>(cols, d.D, rows, dP, kBk, q, d.D, scratch.dk.get(), d.D, true);
+  if (!rows_finite || !keys_finite) {
+    products_kept(p, b, h, i0, rows, j0, cols, kind, lse_row, rows_finite, keys_finite, PZ, dP, q,
+                  dob, k, dq_part + row0 * d.D, scratch.dk.get(), scratch.dv.get());
+  }
 }
 
 // Work item: keys of k-blocks [kb_lo, kb_hi) for batches [b_lo, b_hi) and k/v heads
@@ -171,16 +220,20 @@ void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dou
                    T* dv, T* dbias, const Broadcast4<T>& dbias_index) {
   const Dims& d = p.dims;
   const std::int64_t q_elems = d.B * d.Tq * d.Hq * d.D;
-  // D_i = rowsum(dO_i * O_i), [B, Hq, Tq]; and Q and dO head by head ([B, Hq, Tq, D or Dv]): in
-  // place, a q-block's rows are Hq * D apart (2 KiB at D = 64, H = 8), so the rows of a register
-  // tile share a few of L1's sets, and so do the dQ rows each tile accumulates into (dQ's
-  // partials are head by head too). T = 2048, H = 8, 2 threads, median fraction of the FMA burst
-  // measured beside each rep: D = 64 0.61 -> 0.71, D = 128 0.63 -> 0.71.
+  // D_i = rowsum(dO_i * O_i), [B, Hq, Tq]; and scale * Q and dO head by head ([B, Hq, Tq, D or
+  // Dv]). scale * Q as the forward rounds it (scale_rows): the scores come out the same, and
+  // d s / d k = scale * q is what dK needs. Head by head because in place, a q-block's rows are
+  // Hq * D apart (2 KiB at D = 64, H = 8), so the rows of a register tile share a few of L1's
+  // sets, and so do the dQ rows each tile accumulates into (dQ's partials are head by head too). T
+  // = 2048, H = 8, 2 threads, median fraction of the FMA burst measured beside each rep: D = 64
+  // 0.61 -> 0.71, D = 128 0.63 -> 0.71.
   const std::int64_t rows_all = d.B * d.Hq * d.Tq;
   auto delta = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all, 1)));
   auto q_heads = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(q_elems, 1)));
   auto dout_heads =
       hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all * d.Dv, 1)));
+  const std::int64_t q_blocks = (d.Tq + kBq - 1) / kBq;
+  std::vector<std::uint8_t> qo_finite(static_cast<size_t>(d.B * d.Hq * q_blocks));
 #pragma omp parallel for schedule(static)
   for (std::int64_t row = 0; row < rows_all; ++row) {  // row = (b * Hq + h) * Tq + i
     const std::int64_t i = row % d.Tq;
@@ -190,8 +243,17 @@ void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dou
     T sum = 0;
     for (std::int64_t c = 0; c < d.Dv; ++c) sum += dout[at * d.Dv + c] * out[at * d.Dv + c];
     delta[row] = sum;
-    std::copy_n(p.q + at * d.D, d.D, q_heads.get() + row * d.D);
+    scale_rows(p.q + at * d.D, d.D, 1, d.D, p.scale, q_heads.get() + row * d.D);
     std::copy_n(dout + at * d.Dv, d.Dv, dout_heads.get() + row * d.Dv);
+  }
+#pragma omp parallel for schedule(static)
+  for (std::int64_t block = 0; block < d.B * d.Hq * q_blocks; ++block) {
+    const std::int64_t head = block / q_blocks;
+    const std::int64_t i0 = block % q_blocks * kBq;
+    const std::int64_t rows = std::min(kBq, d.Tq - i0);
+    const std::int64_t first = head * d.Tq + i0;
+    qo_finite[block] = all_finite(q_heads.get() + first * d.D, rows * d.D) &&
+                       all_finite(dout_heads.get() + first * d.Dv, rows * d.Dv);
   }
   std::fill(dk, dk + d.B * d.Tk * d.Hk * d.D, T(0));
   std::fill(dv, dv + d.B * d.Tk * d.Hk * d.Dv, T(0));
@@ -205,13 +267,19 @@ void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dou
   auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
   auto vt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * packed.tk_pad));
   auto kp = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
+  const std::int64_t k_tiles = packed.tk_pad / kBk;
+  std::vector<std::uint8_t> k_finite(static_cast<size_t>(d.B * d.Hk * k_tiles));
 #pragma omp parallel for schedule(static)
   for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
     const std::int64_t b = bh / d.Hk;
     const std::int64_t hk = bh % d.Hk;
     const T* k_head = p.k + (b * d.Tk * d.Hk + hk) * d.D;
     pack_tiles_transposed(k_head, d.Hk * d.D, d.Tk, d.D, kBk, kt.get() + bh * d.D * packed.tk_pad);
-    pack_tiles(k_head, d.Hk * d.D, d.Tk, d.D, kBk, kp.get() + bh * d.D * packed.tk_pad);
+    T* k_tiles_of_head = kp.get() + bh * d.D * packed.tk_pad;
+    pack_tiles(k_head, d.Hk * d.D, d.Tk, d.D, kBk, k_tiles_of_head);
+    for (std::int64_t t = 0; t < k_tiles; ++t) {
+      k_finite[bh * k_tiles + t] = all_finite(k_tiles_of_head + t * kBk * d.D, kBk * d.D);
+    }
     pack_tiles_transposed(p.v + (b * d.Tk * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Tk, d.Dv, kBk,
                           vt.get() + bh * d.Dv * packed.tk_pad);
   }
@@ -220,6 +288,9 @@ void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dou
   packed.k = kp.get();
   packed.q = q_heads.get();
   packed.dout = dout_heads.get();
+  packed.k_finite = k_finite.data();
+  packed.qo_finite = qo_finite.data();
+  packed.q_blocks = q_blocks;
 
   // Items must not share dbias elements: a bias broadcast over B, heads or keys keeps those
   // dimensions inside one item.
@@ -265,6 +336,8 @@ void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dou
       const T* part = dq_base + c * q_elems + row * d.D;
       for (std::int64_t x = 0; x < d.D; ++x) dq_row[x] += part[x];
     }
+    // forward: s = (scale q) . k  ->  dq = scale * sum_j ds_j k_j
+    for (std::int64_t x = 0; x < d.D; ++x) dq_row[x] *= p.scale;
   }
 }
 

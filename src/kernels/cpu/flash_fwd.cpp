@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -42,13 +44,14 @@ struct SoftmaxState {
 };
 
 // Per-thread scratch of the forward: score tiles and dropout factors for `rows` rows of kBk keys,
-// and softmax state for the same rows.
+// the rows of scale * Q [rows, D], and softmax state for the same rows.
 template <class T>
 struct ForwardScratch {
-  hwy::AlignedFreeUniquePtr<T[]> s, z, acc, m, l;
-  ForwardScratch(std::int64_t rows, std::int64_t dim_v)
+  hwy::AlignedFreeUniquePtr<T[]> s, z, q, acc, m, l;
+  ForwardScratch(std::int64_t rows, std::int64_t dim, std::int64_t dim_v)
       : s(hwy::AllocateAligned<T>(rows * kBk)),
         z(hwy::AllocateAligned<T>(rows * kBk)),
+        q(hwy::AllocateAligned<T>(std::max<std::int64_t>(rows * dim, 1))),
         acc(hwy::AllocateAligned<T>(rows * dim_v)),
         m(hwy::AllocateAligned<T>(rows)),
         l(hwy::AllocateAligned<T>(rows)) {}
@@ -56,7 +59,7 @@ struct ForwardScratch {
 };
 
 // One tile of the online softmax for rows [i0, i0 + live) of head h of batch b, whose scores
-// against keys [j0, j0 + cols) are in s [live, kBk] (q . k, before scale and mods). Turns them
+// against keys [j0, j0 + cols) are in s [live, kBk] (scale * q . k, before the mods). Turns them
 // into P against the running row max (times the dropout factors z [live, kBk] when dropout is
 // on), rescales what acc holds when a row's max moves, and adds the row sums into l. The caller
 // then adds P V into acc.
@@ -66,7 +69,7 @@ void softmax_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int6
                   const SoftmaxState<T>& state) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const std::int64_t dim_v = p.dims.Dv;
-  const T row_scale = score_tile(p, b, h, i0, live, j0, cols, kind, s, static_cast<T*>(nullptr));
+  score_tile(p, b, h, i0, live, j0, cols, kind, s, static_cast<T*>(nullptr));
   if (p.dropout.enabled()) dropout_tile(p, b, h, i0, live, j0, cols, z);
   // The new row maxima first, then every row's rescaling factor alpha = exp(m_old - m_new) in
   // one vector pass (a libm call per row took 1.6% of the forward), over the live rows rounded up
@@ -76,20 +79,26 @@ void softmax_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int6
   const std::int64_t vector_rows =
       round_up(live, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())));
   for (std::int64_t r = 0; r < vector_rows; ++r) {
-    m_new[r] = r < live ? std::max(state.m[r], row_scale * row_max(s + r * kBk)) : T(0);
+    m_new[r] = r < live ? std::max(state.m[r], row_max(s + r * kBk)) : T(0);
     alpha[r] = r < live && state.m[r] != kNegInf ? state.m[r] - m_new[r] : T(0);
   }
   exp_rows(alpha, vector_rows);
   for (std::int64_t r = 0; r < live; ++r) {
     T* row = s + r * kBk;
-    if (m_new[r] == kNegInf) {  // nothing kept in this row yet
+    if (m_new[r] == kNegInf) {
+      // Nothing kept in this row yet, or only -inf and NaN scores (the max skips NaN). A NaN
+      // must reach the row (docs/numerics.md): it poisons the row sum. -inf scores alone leave
+      // the row as if masked.
+      if (std::any_of(row, row + kBk, [](T x) { return x != kNegInf; })) {
+        state.l[r] = std::numeric_limits<T>::quiet_NaN();
+      }
       std::fill(row, row + kBk, T(0));
       continue;
     }
     // Online softmax: rescale what was accumulated against the old max (a row that kept nothing
     // before has nothing to rescale).
     const T factor = state.m[r] == kNegInf ? T(0) : alpha[r];
-    const T row_sum = row_exp(row, row_scale, m_new[r]);
+    const T row_sum = row_exp(row, m_new[r]);
     state.l[r] = state.l[r] * factor + row_sum;
     state.m[r] = m_new[r];
     if (factor != T(1)) scale_row(state.acc + r * dim_v, dim_v, factor);
@@ -98,15 +107,34 @@ void softmax_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int6
   }
 }
 
+// acc [live, Dv] += P V over the pairs the mask keeps only, for rows [i0, i0 + live) of head h
+// and keys [j0, j0 + cols) of batch b, with P [live, kBk] and this tile of V [kBk, Dv]. For
+// partial tiles whose V holds an inf or NaN: the product would add 0 * NaN = NaN into the rows
+// that drop the key.
+template <class T>
+void values_kept(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
+                 std::int64_t live, std::int64_t j0, std::int64_t cols, const T* P, const T* v,
+                 T* acc) {
+  const std::int64_t dim_v = p.dims.Dv;
+  for (std::int64_t r = 0; r < live; ++r) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      if (p.mask_mod(b, h, i0 + r, j0 + c))
+        axpy(P[r * kBk + c], v + c * dim_v, acc + r * dim_v, dim_v);
+    }
+  }
+}
+
 // Folds every key into `state`, the online-softmax state of rows [i0, i0 + live) of head h of
 // batch b, from one head's K^T and V packed in tiles (kt: [D, kBk] per tile, vt: [kBk, Dv] per
-// tile). Tiles the mask empties are skipped.
+// tile; v_finite: per tile, whether V holds only finite numbers). Tiles the mask empties are
+// skipped.
 template <class T>
-void attend_keys(const Problem<T>& p, const T* kt, const T* vt, std::int64_t b, std::int64_t h,
-                 std::int64_t i0, std::int64_t live, ForwardScratch<T>& scratch,
-                 const SoftmaxState<T>& state) {
+void attend_keys(const Problem<T>& p, const T* kt, const T* vt, const std::uint8_t* v_finite,
+                 std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t live,
+                 ForwardScratch<T>& scratch, const SoftmaxState<T>& state) {
   const Dims& d = p.dims;
-  const T* q = p.q + ((b * d.Tq + i0) * d.Hq + h) * d.D;  // rows stride Hq * D
+  T* q = scratch.q.get();  // scale * Q of these rows, [live, D]
+  scale_rows(p.q + ((b * d.Tq + i0) * d.Hq + h) * d.D, d.Hq * d.D, live, d.D, p.scale, q);
   const Range keys = key_range(p.mask_mod, b, i0, i0 + live);
   for (std::int64_t j0 = keys.lo / kBk * kBk; j0 < keys.hi; j0 += kBk) {
     const std::int64_t cols = std::min(kBk, d.Tk - j0);
@@ -114,9 +142,13 @@ void attend_keys(const Problem<T>& p, const T* kt, const T* vt, std::int64_t b, 
     if (kind == TileKind::empty) continue;
     T* s = scratch.s.get();
     // S = Q K^T for this tile (the pack's zero padding fills columns past Tk).
-    gemm<true>(live, kBk, d.D, q, d.Hq * d.D, kt + j0 * d.D, kBk, s, kBk, false);
+    gemm<true>(live, kBk, d.D, q, d.D, kt + j0 * d.D, kBk, s, kBk, false);
     softmax_tile(p, b, h, i0, live, j0, cols, kind, s, scratch.z.get(), state);
-    gemm(live, d.Dv, cols, s, kBk, vt + j0 * d.Dv, d.Dv, state.acc, d.Dv, true);  // acc += P V
+    if (kind == TileKind::partial && !v_finite[j0 / kBk]) {
+      values_kept(p, b, h, i0, live, j0, cols, s, vt + j0 * d.Dv, state.acc);
+    } else {
+      gemm(live, d.Dv, cols, s, kBk, vt + j0 * d.Dv, d.Dv, state.acc, d.Dv, true);  // acc += P V
+    }
   }
 }
 
@@ -151,14 +183,20 @@ void forward_tiled(const Problem<T>& p, T* out, T* lse) {
   const std::int64_t tk_pad = round_up(std::max<std::int64_t>(d.Tk, 1), kBk);
   auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * tk_pad));
   auto vt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * tk_pad));
+  // Per (b, k/v head) and tile, whether V holds only finite numbers.
+  const std::int64_t tiles = tk_pad / kBk;
+  std::vector<std::uint8_t> v_finite(static_cast<size_t>(d.B * d.Hk * tiles));
 #pragma omp parallel for schedule(static)
   for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
     const std::int64_t b = bh / d.Hk;
     const std::int64_t hk = bh % d.Hk;
     pack_tiles_transposed(p.k + (b * d.Tk * d.Hk + hk) * d.D, d.Hk * d.D, d.Tk, d.D, kBk,
                           kt.get() + bh * d.D * tk_pad);
-    pack_tiles(p.v + (b * d.Tk * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Tk, d.Dv, kBk,
-               vt.get() + bh * d.Dv * tk_pad);
+    T* v_head = vt.get() + bh * d.Dv * tk_pad;
+    pack_tiles(p.v + (b * d.Tk * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Tk, d.Dv, kBk, v_head);
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      v_finite[bh * tiles + t] = all_finite(v_head + t * kBk * d.Dv, kBk * d.Dv);
+    }
   }
   const std::int64_t block =
       TileTraits::forward_block_q(d.Tk * (d.D + d.Dv) * static_cast<std::int64_t>(sizeof(T)));
@@ -166,7 +204,7 @@ void forward_tiled(const Problem<T>& p, T* out, T* lse) {
   const std::int64_t items = d.B * d.Hq * q_blocks;
 #pragma omp parallel
   {
-    ForwardScratch<T> scratch(block, d.Dv);
+    ForwardScratch<T> scratch(block, d.D, d.Dv);
     const SoftmaxState<T> state = scratch.state();
     // Dynamic scheduling, last q-blocks first: under a causal mask they are the heaviest, so the
     // light ones fill in at the end.
@@ -180,8 +218,8 @@ void forward_tiled(const Problem<T>& p, T* out, T* lse) {
       const std::int64_t live = live_rows(p, b, i0, rows);
       const std::int64_t head_kv = b * d.Hk + h / d.group();
       state.reset(rows, d.Dv);
-      attend_keys(p, kt.get() + head_kv * d.D * tk_pad, vt.get() + head_kv * d.Dv * tk_pad, b, h,
-                  i0, live, scratch, state);
+      attend_keys(p, kt.get() + head_kv * d.D * tk_pad, vt.get() + head_kv * d.Dv * tk_pad,
+                  v_finite.data() + head_kv * tiles, b, h, i0, live, scratch, state);
       write_rows(d, b, h, i0, rows, live, state.acc, state.m, state.l, out, lse);
     }
   }
@@ -193,14 +231,14 @@ struct HeadRange {
   std::int64_t hi = 0;
 };
 
-// q_i . k_j for the rows [0, live) of the heads in `heads` of batch b against keys [j0, j0 +
-// cols), into S [Hq * Tq, kBk] (row h * Tq + i). Key by key: the K rows of one key, all heads
-// side by side, are one contiguous run, so K streams through memory in order and the hardware
-// prefetchers follow it (head by head it would jump Hk * D elements per key, a page at D = 128,
-// Hk = 8, where they stop).
+// The scores (scale q_i) . k_j (q_scaled: scale * Q, [B, Tq, Hq, D]) of the rows [0, live) of the
+// heads in `heads` of batch b against keys [j0, j0 + cols), into S [Hq * Tq, kBk] (row h * Tq +
+// i). Key by key: the K rows of one key, all heads side by side, are one contiguous run, so K
+// streams through memory in order and the hardware prefetchers follow it (head by head it would
+// jump Hk * D elements per key, a page at D = 128, Hk = 8, where they stop).
 template <class T>
-void decode_scores(const Problem<T>& p, std::int64_t b, HeadRange heads, std::int64_t live,
-                   std::int64_t j0, std::int64_t cols, T* S) {
+void decode_scores(const Problem<T>& p, const T* q_scaled, std::int64_t b, HeadRange heads,
+                   std::int64_t live, std::int64_t j0, std::int64_t cols, T* S) {
   const Dims& d = p.dims;
   const hn::ScalableTag<T> dt;
   const auto L = static_cast<std::int64_t>(hn::Lanes(dt));
@@ -209,7 +247,7 @@ void decode_scores(const Problem<T>& p, std::int64_t b, HeadRange heads, std::in
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
       const T* k = k_row + h / d.group() * d.D;
       for (std::int64_t i = 0; i < live; ++i) {
-        const T* q = p.q + ((b * d.Tq + i) * d.Hq + h) * d.D;
+        const T* q = q_scaled + ((b * d.Tq + i) * d.Hq + h) * d.D;
         // Four accumulators: the FMA chain of one dot product is D / (4 L) long.
         auto acc0 = hn::Zero(dt), acc1 = hn::Zero(dt), acc2 = hn::Zero(dt), acc3 = hn::Zero(dt);
         std::int64_t x = 0;
@@ -231,26 +269,19 @@ void decode_scores(const Problem<T>& p, std::int64_t b, HeadRange heads, std::in
 
 // acc [Hq * Tq, Dv] += P V for keys [j0, j0 + cols) of batch b (rows [0, live) of the heads in
 // `heads`), with P [Hq * Tq, kBk] as decode_scores lays it out. Key by key, so V streams in
-// order too.
+// order too. In a partial tile, only the pairs the mask keeps: a value the mask drops (a KV
+// cache's unused tail) may hold anything, and 0 * NaN is NaN.
 template <class T>
 void decode_values(const Problem<T>& p, std::int64_t b, HeadRange heads, std::int64_t live,
-                   std::int64_t j0, std::int64_t cols, const T* P, T* acc) {
+                   std::int64_t j0, std::int64_t cols, TileKind kind, const T* P, T* acc) {
   const Dims& d = p.dims;
-  const hn::ScalableTag<T> dt;
-  const auto L = static_cast<std::int64_t>(hn::Lanes(dt));
   for (std::int64_t c = 0; c < cols; ++c) {
     const T* v_row = p.v + (b * d.Tk + j0 + c) * d.Hk * d.Dv;
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
       const T* v = v_row + h / d.group() * d.Dv;
       for (std::int64_t i = 0; i < live; ++i) {
-        const T weight = P[(h * d.Tq + i) * kBk + c];
-        T* a = acc + (h * d.Tq + i) * d.Dv;
-        const auto w = hn::Set(dt, weight);
-        std::int64_t x = 0;
-        for (; x + L <= d.Dv; x += L) {
-          hn::StoreU(hn::MulAdd(w, hn::LoadU(dt, v + x), hn::LoadU(dt, a + x)), dt, a + x);
-        }
-        for (; x < d.Dv; ++x) a[x] += weight * v[x];
+        if (kind == TileKind::partial && !p.mask_mod(b, h, i, j0 + c)) continue;
+        axpy(P[(h * d.Tq + i) * kBk + c], v, acc + (h * d.Tq + i) * d.Dv, d.Dv);
       }
     }
   }
@@ -264,6 +295,8 @@ void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
   auto part_m = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits));
   auto part_l = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits));
   auto part_acc = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits * d.Dv));
+  auto q_scaled = hwy::AllocateAligned<T>(static_cast<size_t>(rows * d.D));  // scale * Q
+  scale_rows(p.q, d.D, rows, d.D, p.scale, q_scaled.get());
   // Partial state of (b, h, i) for split c, at index ((b * Hq + h) * Tq + i) * splits + c.
   // Fewer (batch, split) pairs than threads (short caches, B = 1) would leave threads idle: then
   // the k/v heads are dealt out too, in as few groups as give every thread an item. No more
@@ -280,7 +313,7 @@ void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
   const std::int64_t items = d.B * splits * groups;
 #pragma omp parallel
   {
-    ForwardScratch<T> scratch(d.Hq * d.Tq, d.Dv);  // rows h * Tq + i
+    ForwardScratch<T> scratch(d.Hq * d.Tq, 0, d.Dv);  // rows h * Tq + i; no Q rows
     const SoftmaxState<T> state = scratch.state();
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
@@ -296,12 +329,12 @@ void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
         const std::int64_t cols = std::min(kBk, k_end - j0);
         const TileKind kind = classify(p.mask_mod, b, 0, live, j0, j0 + cols);
         if (kind == TileKind::empty) continue;
-        decode_scores(p, b, heads, live, j0, cols, scratch.s.get());
+        decode_scores(p, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
         for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
           softmax_tile(p, b, h, 0, live, j0, cols, kind, scratch.s.get() + h * d.Tq * kBk,
                        scratch.z.get(), state.rows_from(h * d.Tq, d.Dv));
         }
-        decode_values(p, b, heads, live, j0, cols, scratch.s.get(), state.acc);
+        decode_values(p, b, heads, live, j0, cols, kind, scratch.s.get(), state.acc);
       }
       for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
         for (std::int64_t i = 0; i < d.Tq; ++i) {
@@ -323,16 +356,17 @@ void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
     const T* acc = part_acc.get() + row * splits * d.Dv;
     T m_all = -std::numeric_limits<T>::infinity();
     for (std::int64_t c = 0; c < splits; ++c) m_all = std::max(m_all, m[c]);
+    // A split whose kept scores were only -inf and NaN holds l = NaN with m = -inf: shifting by 0
+    // then, its weight exp(-inf) = 0 still carries the NaN (NaN * 0) into l_all.
+    const T shift = m_all == -std::numeric_limits<T>::infinity() ? T(0) : m_all;
     T l_all = 0;
     T* o = out + ((b * d.Tq + i) * d.Hq + h) * d.Dv;
     std::fill(o, o + d.Dv, T(0));
-    if (m_all != -std::numeric_limits<T>::infinity()) {
-      for (std::int64_t c = 0; c < splits; ++c) {
-        if (l[c] == T(0)) continue;
-        const T weight = std::exp(m[c] - m_all);
-        l_all += l[c] * weight;
-        for (std::int64_t x = 0; x < d.Dv; ++x) o[x] += acc[c * d.Dv + x] * weight;
-      }
+    for (std::int64_t c = 0; c < splits; ++c) {
+      if (l[c] == T(0)) continue;  // kept nothing
+      const T weight = std::exp(m[c] - shift);
+      l_all += l[c] * weight;
+      for (std::int64_t x = 0; x < d.Dv; ++x) o[x] += acc[c * d.Dv + x] * weight;
     }
     const std::int64_t live = live_rows(p, b, i, 1);
     const T merged_m[1] = {m_all};

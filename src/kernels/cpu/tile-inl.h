@@ -25,26 +25,36 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr std::int64_t kBk = TileTraits::kBlockK;
 
-// S [rows, kBk] holds q_i . k_j for keys j0 + c. Turns it into s' = score_mod(scale * S) where
-// the mask keeps (i0 + r, j0 + c) and c < cols, -inf elsewhere. With grad, also writes
-// ds'/d(scale * S) (only needed, and only called, when soft-capping is on).
-// Returns the factor the row operations must still apply: without score mods and with a
-// positive scale, S is left unscaled (the max and the exp apply the scale, saving a pass over
-// the tile, and max(scale * s) = scale * max(s) exactly), and the scale is returned; else 1.
+// Sets the entries of x [kBk], row i of a tile of keys [j0, j0 + cols) of head h of batch b, that
+// the mask drops to `value`, and the padding past cols too. Lengths, causal and window keep one
+// interval of keys per row (key_range of the row alone); only a keep-mask tensor needs the mask
+// element by element.
 template <class T>
-T score_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
-             std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind, T* S, T* grad) {
-  const hn::ScalableTag<T> d;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const BuiltinScore<T>& mod = p.score_mod;
-  const bool has_mod = mod.softcap > 0 || mod.bias || mod.alibi_slopes != nullptr;
-  const bool deferred = !has_mod && p.scale > 0;
-  if (!deferred) {
-    const auto scale = hn::Set(d, p.scale);
-    for (std::int64_t n = 0; n < rows * kBk; n += L) {
-      hn::Store(hn::Mul(hn::Load(d, S + n), scale), d, S + n);
+void mask_row(const BuiltinMask& mask, std::int64_t b, std::int64_t h, std::int64_t i,
+              std::int64_t j0, std::int64_t cols, T value, T* x) {
+  const Range keys = key_range(mask, b, i, i + 1);
+  const std::int64_t keep_lo = std::clamp<std::int64_t>(keys.lo - j0, 0, cols);
+  const std::int64_t keep_hi = std::clamp<std::int64_t>(keys.hi - j0, keep_lo, cols);
+  std::fill(x, x + keep_lo, value);
+  if (mask.keep) {
+    for (std::int64_t c = keep_lo; c < keep_hi; ++c) {
+      if (mask.keep(b, h, i, j0 + c) == 0) x[c] = value;
     }
   }
+  std::fill(x + keep_hi, x + kBk, value);
+}
+
+// S [rows, kBk] holds the scores scale * q_i . k_j of keys j0 + c (the kernels multiply Q by the
+// scale before the product: see scale_rows). Turns them into s' = score_mod(s) where the mask
+// keeps (i0 + r, j0 + c) and c < cols, -inf elsewhere: whatever the dropped entries held (a NaN
+// from a key past the lengths, say) is overwritten, never used. With grad, also writes ds'/ds, 0
+// where the mask drops (only needed, and only called, when soft-capping is on).
+template <class T>
+void score_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
+                std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind, T* S,
+                T* grad) {
+  const BuiltinScore<T>& mod = p.score_mod;
+  const bool has_mod = mod.softcap > 0 || mod.bias || mod.alibi_slopes != nullptr;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   for (std::int64_t r = 0; r < rows; ++r) {
     T* s = S + r * kBk;
@@ -60,23 +70,28 @@ T score_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i
         }
       }
     }
-    std::int64_t keep_hi = cols;
     if (kind == TileKind::partial) {
-      // Lengths, causal and window keep one interval of keys per row (key_range of the row
-      // alone); only a keep-mask tensor needs the mask element by element.
-      const Range keys = key_range(p.mask_mod, b, i, i + 1);
-      const std::int64_t keep_lo = std::clamp<std::int64_t>(keys.lo - j0, 0, cols);
-      keep_hi = std::clamp<std::int64_t>(keys.hi - j0, keep_lo, cols);
-      std::fill(s, s + keep_lo, kNegInf);
-      if (p.mask_mod.keep) {
-        for (std::int64_t c = keep_lo; c < keep_hi; ++c) {
-          if (p.mask_mod.keep(b, h, i, j0 + c) == 0) s[c] = kNegInf;
-        }
-      }
+      mask_row(p.mask_mod, b, h, i, j0, cols, kNegInf, s);
+      if (grad != nullptr) mask_row(p.mask_mod, b, h, i, j0, cols, T(0), grad + r * kBk);
+    } else {
+      std::fill(s + cols, s + kBk, kNegInf);
     }
-    std::fill(s + keep_hi, s + kBk, kNegInf);
   }
-  return deferred ? p.scale : T(1);
+}
+
+// dst [rows, dim] = scale * src (rows ld apart). The kernels compute the scores as (scale Q) K^T:
+// then a row's max score is one of the scores exactly, and exp(s - max) is exp(0) = 1 for it.
+// Applying the scale after the product inside the exponent's argument instead (exp(scale * s -
+// max), a fused multiply-subtract, as the compiler contracts even a multiply followed by a
+// subtract) leaves the product's rounding error, up to half an ulp of the score: for huge scores
+// (|s| ~ 1e30 in f32) that is itself huge and sends exp to inf or 0. Rounding scale * q_c first
+// costs one rounding per element of q, of the size of the product's own.
+template <class T>
+void scale_rows(const T* src, std::int64_t ld, std::int64_t rows, std::int64_t dim, T scale,
+                T* dst) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < dim; ++c) dst[r * dim + c] = scale * src[r * ld + c];
+  }
 }
 
 // Z [rows, kBk]: the dropout factor of (i0 + r, j0 + c), 0 or 1 / (1 - p). j0 is a multiple of
@@ -120,6 +135,11 @@ T row_max(const T* s) {
 // scores) the result is exactly 0, and what is lost, under 1.2e-38, is nothing next to the row
 // max's exp(0) = 1. (Highway's Exp, used for f64, is exactly 0 below -1000.)
 //
+// A NaN argument gives NaN (a NaN score must reach its row: docs/numerics.md). Hence the clamp by
+// a compare and a select, not Max, whose NaN result differs between targets (x86's maxps returns
+// its second operand, EMU128 the number), and Highway's Exp, which returns 0 for NaN, behind the
+// same select.
+//
 // Written for a short dependency chain, because that, not the instruction count, bounds it: a
 // row's eight exps are independent, but each is ~16 operations deep, and the scheduler cannot
 // hold enough of them to keep the pipes busy. So n = round(x log2 e) comes from one FMA that
@@ -131,11 +151,12 @@ T row_max(const T* s) {
 template <class D>
 HWY_INLINE hn::Vec<D> exp_softmax(D d, hn::Vec<D> x) {
   if constexpr (sizeof(hn::TFromD<D>) == 8) {
-    return hn::Exp(d, x);  // f64 is for accuracy, not speed
+    return hn::IfThenElse(hn::IsNaN(x), x, hn::Exp(d, x));  // f64 is for accuracy, not speed
   } else {
     const hn::RebindToSigned<D> di;
     const auto shifter = hn::Set(d, 12583039.0f);  // 1.5 * 2^23 + 127
-    x = hn::Max(x, hn::Set(d, -88.0f));
+    const auto lowest = hn::Set(d, -88.0f);
+    x = hn::IfThenElse(hn::Lt(x, lowest), lowest, x);
     const auto t = hn::MulAdd(x, hn::Set(d, 1.44269504088896341f), shifter);
     const auto n = hn::Sub(t, shifter);
     auto r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), x);
@@ -151,17 +172,15 @@ HWY_INLINE hn::Vec<D> exp_softmax(D d, hn::Vec<D> x) {
   }
 }
 
-// s[c] <- exp(scale * s[c] - shift), exactly 0 where s[c] is -inf (exp_softmax's clamp; scale
-// > 0 and shift finite); returns the row sum.
+// s[c] <- exp(s[c] - shift), exactly 0 where s[c] is -inf (exp_softmax's clamp; shift finite),
+// NaN where s[c] is NaN; returns the row sum.
 template <class T>
-T row_exp(T* s, T scale, T shift) {
+T row_exp(T* s, T shift) {
   const hn::ScalableTag<T> d;
-  const auto vscale = hn::Set(d, scale);
   const auto vshift = hn::Set(d, shift);
   auto sum = hn::Zero(d);
   for (std::int64_t c = 0; c < kBk; c += hn::Lanes(d)) {
-    const auto x = hn::Load(d, s + c);
-    const auto e = exp_softmax(d, hn::MulSub(x, vscale, vshift));
+    const auto e = exp_softmax(d, hn::Sub(hn::Load(d, s + c), vshift));
     hn::Store(e, d, s + c);
     sum = hn::Add(sum, e);
   }
@@ -176,6 +195,33 @@ void exp_rows(T* x, std::int64_t n) {
   for (std::int64_t r = 0; r < n; r += hn::Lanes(d)) {
     hn::Store(exp_softmax(d, hn::Load(d, x + r)), d, x + r);
   }
+}
+
+// y[n] += a * x[n] for n < count (any count).
+template <class T>
+void axpy(T a, const T* HWY_RESTRICT x, T* HWY_RESTRICT y, std::int64_t count) {
+  const hn::ScalableTag<T> d;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto va = hn::Set(d, a);
+  std::int64_t n = 0;
+  for (; n + L <= count; n += L) {
+    hn::StoreU(hn::MulAdd(va, hn::LoadU(d, x + n), hn::LoadU(d, y + n)), d, y + n);
+  }
+  for (; n < count; ++n) y[n] += a * x[n];
+}
+
+// Whether x[0, count) holds only finite numbers: x * 0 is 0 for those and NaN for inf and NaN.
+template <class T>
+bool all_finite(const T* x, std::int64_t count) {
+  const hn::ScalableTag<T> d;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto zero = hn::Zero(d);
+  auto probe = zero;
+  std::int64_t n = 0;
+  for (; n + L <= count; n += L) probe = hn::MulAdd(hn::LoadU(d, x + n), zero, probe);
+  T tail = 0;
+  for (; n < count; ++n) tail += x[n] * T(0);
+  return hn::AllFalse(d, hn::IsNaN(probe)) && tail == T(0);
 }
 
 // a[n] *= b[n] for a row of kBk elements.

@@ -75,12 +75,16 @@ void attention_fwd_ref(const Dims& d, const T* q, const T* k, const T* v, T scal
         score_row(d, q, k, scale, score_mod, mask_mod, b, h, i, s.data(), kept.get());
         // Stable softmax: lse = m + log(sum_j exp(s_j - m)) over the kept keys.
         T m = -std::numeric_limits<T>::infinity();
+        bool nan_score = false;
         for (std::int64_t j = 0; j < d.Tk; ++j) {
           if (kept[j] && s[j] > m) m = s[j];
+          if (kept[j] && std::isnan(s[j])) nan_score = true;
         }
         T* oi = out + qo_row(d, b, i, h) * d.Dv;
         T* wi = weights ? weights + ((b * d.Hq + h) * d.Tq + i) * d.Tk : nullptr;
-        if (m == -std::numeric_limits<T>::infinity()) {  // every key dropped
+        // Every key dropped, or every kept score -inf (a -inf bias is a mask). With a NaN score
+        // the row goes on: the sum below is NaN, and so are lse and out.
+        if (m == -std::numeric_limits<T>::infinity() && !nan_score) {
           for (std::int64_t c = 0; c < d.Dv; ++c) oi[c] = 0;
           if (wi) {
             for (std::int64_t j = 0; j < d.Tk; ++j) wi[j] = 0;
@@ -96,10 +100,12 @@ void attention_fwd_ref(const Dims& d, const T* q, const T* k, const T* v, T scal
           p[j] = kept[j] ? std::exp(s[j] - row_lse) : T(0);
           if (wi) wi[j] = p[j];
         }
+        // Every kept key's value is read, also where P underflows to 0 or dropout drops it: an
+        // inf or NaN in it gives NaN (0 * inf), as P @ V does in PyTorch.
         for (std::int64_t c = 0; c < d.Dv; ++c) oi[c] = 0;
         for (std::int64_t j = 0; j < d.Tk; ++j) {
+          if (!kept[j]) continue;
           const T pd = p[j] * dropout_scale<T>(d, dropout, b, h, i, j);
-          if (pd == 0) continue;
           const T* vj = v + kv_row(d, b, j, hk) * d.Dv;
           for (std::int64_t c = 0; c < d.Dv; ++c) oi[c] += pd * vj[c];
         }
