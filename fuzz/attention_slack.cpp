@@ -143,15 +143,16 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& exact, DType 
       }
     }
   }
-  // The number of terms each entry sums.
+  // The number of terms a result sums, counted over the whole chain: the backward's dS reads
+  // out, which carries the forward's rounding over Tk keys, and dQ, dK, dV sum over Tk keys or
+  // G Tq rows of products over D or Dv; dbias sums the entries its broadcast folds.
+  const std::int64_t terms = Tk + G * Tq + D + Dv;
   const std::int64_t bias_terms =
-      m.dbias.empty() ? 1 : B * Hq * Tq * Tk / std::max<std::int64_t>(count(o.bias.shape()), 1);
-  to_slack(m.out, Tk, compute);
-  to_slack(m.lse, Tk, compute);
-  to_slack(m.dq, Tk + Dv, compute);
-  to_slack(m.dk, G * Tq + Dv, compute);
-  to_slack(m.dv, G * Tq, compute);
-  to_slack(m.dbias, bias_terms + Dv, compute);
+      m.dbias.empty() ? 0 : B * Hq * Tq * Tk / std::max<std::int64_t>(count(o.bias.shape()), 1);
+  for (std::vector<double>* magnitudes : {&m.out, &m.lse, &m.dq, &m.dk, &m.dv}) {
+    to_slack(*magnitudes, terms, compute);
+  }
+  to_slack(m.dbias, terms + bias_terms, compute);
   return m;
 }
 

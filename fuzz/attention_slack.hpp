@@ -4,7 +4,8 @@
 // computation, entry by entry, for every output of a case: the part of the accuracy rule's
 // absolute term that depends on the case (attention_check.hpp adds the rounding to the output's
 // dtype). A sum of n terms computed in precision eps is off by up to about sqrt(n) eps times the
-// sum of the terms' magnitudes, whatever order it adds them in, and P_ij = exp(s_ij - lse_i)
+// sum of the terms' magnitudes, whatever order it adds them in (n counts the terms along the
+// whole chain of sums that leads to the result: Tk + G Tq + D + Dv), and P_ij = exp(s_ij - lse_i)
 // computed from rounded scores moves by up to eps (2 |s| + |lse_i|) P_ij; so the slack of an
 // entry is
 //   4 sqrt(n) eps_compute (the sum of the magnitudes of its terms, P's rounding included),
