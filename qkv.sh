@@ -19,9 +19,12 @@ packages=(
   python3 python3-venv python3-dev
   libblis-dev
 )
-# Only for the test and fuzz commands: clang with libFuzzer and its sanitizers (the fuzz preset),
-# LLVM's OpenMP runtime (clang's -fopenmp links libomp; g++'s libgomp does not serve it).
-fuzz_packages=(clang libclang-rt-14-dev libomp-14-dev)
+# Only for the test command: clang and LLVM's OpenMP runtime with its Archer tool (libomp-dev,
+# which brings libarcher.so) for the ThreadSanitizer build (CMakePresets.json, "tsan").
+test_packages=(clang libomp-dev)
+# Only for the test and fuzz commands: clang with libFuzzer and the sanitizers' runtimes
+# (libclang-rt-14-dev) for the fuzz preset, which links LLVM's OpenMP runtime (libomp-dev) too.
+fuzz_packages=(clang libclang-rt-14-dev libomp-dev)
 
 setup() {  # setup [EXTRA PACKAGE...]
   local missing=()
@@ -150,7 +153,7 @@ fuzz_smoke() {
 }
 
 run_tests() {
-  setup "${fuzz_packages[@]}"
+  setup "${test_packages[@]}" "${fuzz_packages[@]}"
   # pip's downloads (torch and its CUDA libraries, ~3 GB) run while the compiler works.
   setup_python &
   local venv_job=$!
@@ -162,6 +165,10 @@ run_tests() {
   # crash or touch memory it should not.
   build asan
   ctest --preset asan
+  # test_concurrency under ThreadSanitizer: many threads calling qkv at once must not race, with
+  # each other or among the OpenMP threads of one call. The build has only that test.
+  build tsan
+  ctest --preset tsan
   fuzz_smoke
 }
 
@@ -172,7 +179,7 @@ case "${1:-}" in
     ;;
   test) run_tests ;;
   setup)
-    setup "${fuzz_packages[@]}"
+    setup "${test_packages[@]}" "${fuzz_packages[@]}"
     setup_python
     ;;
   python)

@@ -26,7 +26,7 @@ void attention_case(benchmark::State& state, const qb::Shape& shape) {
     state.counters["GB"] = benchmark::Counter(qb::kv_bytes(shape) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
   }
-  state.counters["threads"] = qkv::thread_count();
+  state.counters["threads"] = qkv::num_threads();
 }
 
 std::string case_name(const qb::Shape& s) {

@@ -11,8 +11,6 @@
 //   - an error against the f64 reference beyond FlashAttention's rule (attention_check.hpp);
 //   - different bits from the two thread counts.
 // QKV_FUZZ_VERBOSE=1 prints every case, which is how a saved finding is read back.
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -29,6 +27,7 @@
 #include "byte_reader.hpp"
 #include "qkv/attention.hpp"
 #include "qkv/error.hpp"
+#include "qkv/system.hpp"
 
 namespace qkv::fuzz {
 namespace {
@@ -50,7 +49,7 @@ struct Results {
 
 Results run(const AttentionCase& c, const Tensor& q, const Tensor& k, const Tensor& v,
             const Tensor& dout, const AttentionOptions& options, int threads) {
-  omp_set_num_threads(threads);
+  set_num_threads(threads);
   Results r;
   try {
     if (!c.outputs && !c.alias_output) {

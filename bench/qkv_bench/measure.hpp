@@ -53,7 +53,7 @@ class Workload {
  public:
   explicit Workload(const Shape& shape);
   // One attention_forward or attention_backward with Backend::cpu, writing into the
-  // preallocated outputs. Threads follow omp_set_num_threads.
+  // preallocated outputs. Threads follow qkv::set_num_threads.
   void run();
   const Shape& shape() const noexcept { return shape_; }
 

@@ -1,5 +1,4 @@
 // Timed rows of the fused CPU kernel: FLOP and byte counts, workloads, peak RSS, medians.
-#include <omp.h>
 #include <sys/resource.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "qkv/error.hpp"
+#include "qkv/system.hpp"
 #include "qkv_bench/measure.hpp"
 
 namespace qkv::bench {
@@ -149,7 +149,7 @@ int reps_for(int requested, double warmup_seconds) noexcept {
 RowResult run_row(const Shape& shape, int threads, int requested_reps, const Peaks& peaks) {
   if (threads < 1) throw Error("threads", "at least 1", std::to_string(threads));
   if (requested_reps < 0) throw Error("reps", "0 (auto) or more", std::to_string(requested_reps));
-  omp_set_num_threads(threads);
+  set_num_threads(threads);
   RowResult result;
   const double peak = shape.is_decode()           ? peaks.stream_gbps
                       : shape.dtype == DType::f64 ? peaks.gflops_f64

@@ -8,7 +8,27 @@ namespace qkv {
 // The SIMD instruction sets Highway finds usable on this CPU, best first ("AVX3", "AVX2", ...).
 std::vector<std::string> simd_targets();
 
-// The threads qkv's kernels use (OpenMP's maximum; set OMP_NUM_THREADS to change it).
-int thread_count();
+// Threads. qkv's fused attention kernels (attention_forward, attention_backward, and through them
+// autograd::attention and the nn modules) run on OpenMP threads drawn from one process-wide
+// budget of num_threads() threads:
+// - a call takes its share when it starts and gives it back when it returns: at most
+//   max(1, num_threads() / calls in flight), and no more than the budget has free, so the calls
+//   in flight together never run more than num_threads() - 1 threads besides their callers' own;
+//   a call that finds nothing free runs on its calling thread alone (it never waits);
+// - a call made from inside an active OpenMP parallel region (the caller's `#pragma omp
+//   parallel`, nested or not) runs on its calling thread alone and takes nothing;
+// - the calling thread's OpenMP settings (omp_set_num_threads) are restored on return, and do
+//   not change qkv's share.
+// Results never depend on the share: the kernels give bitwise the same outputs and gradients on
+// any number of threads, so concurrent calls from many threads give bitwise the results of the
+// same calls made one after the other. Every entry point is safe to call from many threads at
+// once on different outputs.
+//
+// The budget: omp_get_max_threads() of the thread that first needs it (OMP_NUM_THREADS, else the
+// CPUs), until set_num_threads(n) (n >= 1; qkv::Error otherwise) replaces it for the whole
+// process. The autodiff engine's matrix products run in BLIS, whose own thread count (see the
+// README) is not part of this budget.
+void set_num_threads(int n);
+int num_threads();
 
 }  // namespace qkv

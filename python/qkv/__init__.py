@@ -13,7 +13,9 @@ The options compose; for query i and key j of batch b and head h (tq, tk the len
   ("top_left": j > i; "bottom_right": j > i + tk - tq) or window = (left, right) does
   (j < i + tk - tq - left or j > i + tk - tq + right; -1 is unbounded);
   P = softmax over the kept keys; dropout keeps each P entry with probability 1 - dropout_p (a
-  Philox decision keyed by seed, b, h, i, j) and scales it by 1 / (1 - dropout_p);
+  Philox decision keyed by seed, offset, b, h, i, j, the same as C++'s
+  qkv::dropout_keep(seed, offset, b * Hq + h, i, j, dropout_p)) and scales it by
+  1 / (1 - dropout_p);
   out_i = sum_j P_ij v_j, the k/v head of query head h being h // (Hq // Hk).
 A row with every key dropped gives out 0, lse -inf and zero gradients.
 
@@ -23,6 +25,7 @@ A row with every key dropped gives out 0, lse -inf and zero gradients.
 from __future__ import annotations
 
 import importlib
+import operator
 import random
 import sys
 from typing import Any, Optional, Sequence, Tuple
@@ -53,12 +56,33 @@ def _array(x: Array) -> Array:
     return x.detach() if _is_torch(x) else x
 
 
-def _ints(values: Optional[Sequence[int]]) -> list:
-    return [] if values is None else [int(n) for n in values]
+def _ints(name: str, values: Optional[Sequence[int]]) -> list:
+    # Python, numpy or torch integers; a float is refused, not truncated (2.7 keys are not 2).
+    if values is None:
+        return []
+    try:
+        ints = [operator.index(n) for n in values]
+    except TypeError:
+        raise ValueError(f"{name}: expected a sequence of integers, got {values!r}") from None
+    if not all(-(2**63) <= n < 2**63 for n in ints):
+        raise ValueError(f"{name}: expected 64-bit integers, got {values!r}")
+    return ints
 
 
-def _floats(values: Optional[Sequence[float]]) -> list:
-    return [] if values is None else [float(x) for x in values]
+def _number(name: str, x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a number, got {x!r}") from None
+
+
+def _floats(name: str, values: Optional[Sequence[float]]) -> list:
+    if values is None:
+        return []
+    try:
+        return [float(x) for x in values]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a sequence of numbers, got {values!r}") from None
 
 
 def _options(
@@ -74,6 +98,7 @@ def _options(
     scale: Optional[float] = None,
     dropout_p: float = 0.0,
     seed: int = 0,
+    offset: int = 0,
     backend: str = "auto",
 ) -> _qkv.Options:
     options = _qkv.Options()
@@ -81,20 +106,33 @@ def _options(
         raise ValueError(f"causal: expected None, 'top_left' or 'bottom_right', got {causal!r}")
     options.causal = causal
     if window is not None:
-        if len(window) != 2:
-            raise ValueError(f"window: expected (left, right), got {window!r}")
-        options.window = (int(window[0]), int(window[1]))
-    options.key_lengths = _ints(key_lengths)
-    options.query_lengths = _ints(query_lengths)
+        try:
+            left, right = _ints("window", window)
+        except ValueError:
+            raise ValueError(f"window: expected (left, right), got {window!r}") from None
+        options.window = (left, right)
+    options.key_lengths = _ints("key_lengths", key_lengths)
+    options.query_lengths = _ints("query_lengths", query_lengths)
     options.mask = None if mask is None else _array(mask)
     options.bias = None if bias is None else _array(bias)
-    options.alibi_slopes = _floats(alibi_slopes)
-    options.softcap = float(softcap)
-    options.scale = None if scale is None else float(scale)
-    options.dropout_p = float(dropout_p)
-    if not 0 <= int(seed) < 2**64:
-        raise ValueError(f"seed: expected an integer in [0, 2**64), got {seed}")
-    options.seed = int(seed)
+    options.alibi_slopes = _floats("alibi_slopes", alibi_slopes)
+    options.softcap = _number("softcap", softcap)
+    options.scale = None if scale is None else _number("scale", scale)
+    options.dropout_p = _number("dropout_p", dropout_p)
+    try:
+        valid = 0 <= operator.index(seed) < 2**64
+    except TypeError:
+        valid = False
+    if not valid:
+        raise ValueError(f"seed: expected an integer in [0, 2**64), got {seed!r}")
+    options.seed = operator.index(seed)
+    try:
+        valid = 0 <= operator.index(offset) < 2**64
+    except TypeError:
+        valid = False
+    if not valid:
+        raise ValueError(f"offset: expected an integer in [0, 2**64), got {offset!r}")
+    options.offset = operator.index(offset)
     options.backend = backend
     return options
 
@@ -115,6 +153,7 @@ def attention(
     scale: Optional[float] = None,
     dropout_p: float = 0.0,
     seed: int = 0,
+    offset: int = 0,
     backend: str = "auto",
     return_lse: bool = False,
 ):
@@ -133,6 +172,7 @@ def attention(
         scale=scale,
         dropout_p=dropout_p,
         seed=seed,
+        offset=offset,
         backend=backend,
     )
     out, lse = _qkv.forward(_array(q), _array(k), _array(v), options, _is_torch(q))
@@ -143,8 +183,8 @@ def attention_backward(
     dout: Array, q: Array, k: Array, v: Array, out: Array, lse: Array, **options: Any
 ) -> tuple:
     """dout [B, Tq, Hq, Dv], q, k, v, out and lse as attention(..., return_lse=True) took and
-    gave them, with the same keyword options (seed included) -> (dq, dk, dv), and dbias in the
-    bias's own shape as a fourth element when a bias is given."""
+    gave them, with the same keyword options (seed and offset included) -> (dq, dk, dv), and
+    dbias in the bias's own shape as a fourth element when a bias is given."""
     arrays = [_array(x) for x in (dout, q, k, v, out, lse)]
     return _qkv.backward(*arrays, _options(**options), _is_torch(q))
 
@@ -202,7 +242,10 @@ def scaled_dot_product_attention(
         raise ValueError("attn_mask: expected None with is_causal=True (as PyTorch), got a mask")
     mask = bias = None
     if attn_mask is not None:
-        is_bool = str(attn_mask.dtype) in ("bool", "torch.bool")
+        dtype = str(attn_mask.dtype).replace("torch.", "")
+        if dtype not in ("bool", "float32", "float64"):
+            raise ValueError(f"attn_mask: expected bool, float32 or float64, got {dtype}")
+        is_bool = dtype == "bool"
         mask, bias = (attn_mask, None) if is_bool else (None, attn_mask)
     options = dict(
         causal="top_left" if is_causal else None,

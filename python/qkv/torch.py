@@ -60,6 +60,7 @@ def attention(
     scale: Optional[float] = None,
     dropout_p: float = 0.0,
     seed: int = 0,
+    offset: int = 0,
     backend: str = "auto",
 ) -> torch.Tensor:
     """qkv.attention's arguments and semantics on torch tensors, differentiable in q, k, v and
@@ -75,6 +76,7 @@ def attention(
         scale=scale,
         dropout_p=dropout_p,
         seed=seed,
+        offset=offset,
         backend=backend,
     )
     return AttentionFunction.apply(q, k, v, bias, options)

@@ -12,7 +12,6 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <optional>
@@ -122,6 +121,7 @@ struct Options {
   std::optional<double> scale;
   double dropout_p = 0.0;
   std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
   std::string backend = "auto";
 
   qkv::AttentionOptions to_qkv() const {
@@ -145,6 +145,7 @@ struct Options {
     o.scale = scale;
     o.dropout_p = dropout_p;
     o.seed = seed;
+    o.offset = offset;
     if (backend == "auto") {
       o.backend = qkv::Backend::automatic;
     } else if (backend == "cpu") {
@@ -228,6 +229,7 @@ NB_MODULE(_qkv, m) {
       .def_rw("scale", &Options::scale)
       .def_rw("dropout_p", &Options::dropout_p)
       .def_rw("seed", &Options::seed)
+      .def_rw("offset", &Options::offset)
       .def_rw("backend", &Options::backend);
 
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "options"_a, "torch"_a);
@@ -243,13 +245,9 @@ NB_MODULE(_qkv, m) {
     return nb::make_tuple(reinterpret_cast<std::uintptr_t>(a.data()), strides);
   });
 
-  m.def(
-      "set_num_threads",
-      [](int n) {
-        if (n < 1) throw qkv::Error("n", "at least 1 thread", std::to_string(n));
-        omp_set_num_threads(n);
-      },
-      "n"_a, "Sets the OpenMP threads qkv's kernels use (omp_set_num_threads).");
-  m.def("get_num_threads", &qkv::thread_count, "The OpenMP threads qkv's kernels use.");
+  m.def("set_num_threads", &qkv::set_num_threads, "n"_a,
+        "Sets qkv's thread budget (qkv::set_num_threads): the OpenMP threads its kernels share.");
+  m.def("get_num_threads", &qkv::num_threads,
+        "qkv's thread budget (qkv::num_threads): the OpenMP threads its kernels share.");
   m.attr("__version__") = std::string(qkv::version());
 }

@@ -7,10 +7,12 @@
 #include <string_view>
 
 #include "attention/validate.hpp"
+#include "core/thread_budget.hpp"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/problem.hpp"
 #include "kernels/reference/entry.hpp"
 #include "qkv/error.hpp"
+#include "qkv/system.hpp"
 
 namespace qkv {
 namespace {
@@ -102,6 +104,7 @@ void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, con
     kernels::reference::forward(prepared.problem, static_cast<T*>(out_t.data()),
                                 static_cast<T*>(lse_t.data()), static_cast<T*>(nullptr));
   } else {
+    const detail::ThreadShare threads(num_threads());  // this call's share (qkv/system.hpp)
     kernels::cpu::forward(prepared.problem, static_cast<T*>(out_t.data()),
                           static_cast<T*>(lse_t.data()));
   }
@@ -132,8 +135,9 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
     dbias = Tensor::zeros(options.bias.shape(), dtype_of<T>());
     dbias_index = broadcast4<T>(dbias);
   }
-  const auto backward = use_reference(options.backend) ? &kernels::reference::backward<T>
-                                                       : &kernels::cpu::backward<T>;
+  const bool reference = use_reference(options.backend);
+  const auto backward = reference ? &kernels::reference::backward<T> : &kernels::cpu::backward<T>;
+  const detail::ThreadShare threads(reference ? 1 : num_threads());  // (qkv/system.hpp)
   backward(prepared.problem, static_cast<const T*>(out_t.data()),
            static_cast<const T*>(lse_t.data()), static_cast<const T*>(dout_t.data()),
            static_cast<T*>(dq.data()), static_cast<T*>(dk.data()), static_cast<T*>(dv.data()),

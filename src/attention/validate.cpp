@@ -1,10 +1,13 @@
 #include "attention/validate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "qkv/error.hpp"
 
@@ -71,6 +74,34 @@ void expect_lengths(const std::vector<std::int64_t>& lengths, const char* argume
   }
 }
 
+// Whether two elements of t share memory (an output written through such a view, an expand's
+// stride 0 say, would come out as whichever write came last). Strides that nest (sorted, each at
+// least the span of the dimensions below it) cannot overlap; other layouts are checked exactly.
+bool overlaps_itself(const Tensor& t) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (|stride|, size) of sizes > 1
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d) < 0 ? -t.stride(d) : t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  std::int64_t span = 1;  // elements spanned by the dimensions so far
+  bool nested = true;
+  for (const auto& [stride, size] : dims) {
+    if (stride == 0) return true;
+    nested = nested && stride >= span;
+    span += stride * (size - 1);
+  }
+  if (nested) return false;
+  std::vector<std::int64_t> offsets = {0};
+  for (const auto& [stride, size] : dims) {
+    const std::size_t before = offsets.size();
+    for (std::int64_t n = 1; n < size; ++n) {
+      for (std::size_t e = 0; e < before; ++e) offsets.push_back(offsets[e] + n * stride);
+    }
+  }
+  std::sort(offsets.begin(), offsets.end());
+  return std::adjacent_find(offsets.begin(), offsets.end()) != offsets.end();
+}
+
 }  // namespace
 
 DType lse_dtype(DType input) noexcept { return input == DType::f64 ? DType::f64 : DType::f32; }
@@ -89,6 +120,10 @@ void expect_tensor(const Tensor& tensor, const char* argument, const Shape& shap
 void expect_output(const Tensor& tensor, const char* argument, const Shape& shape, DType dtype,
                    std::initializer_list<const Tensor*> inputs) {
   expect_tensor(tensor, argument, shape, dtype);
+  if (overlaps_itself(tensor)) {
+    throw Error(argument, "elements in memory of their own (not a view that repeats them)",
+                tensor.describe());
+  }
   for (const Tensor* input : inputs) {
     if (input != nullptr && input->defined() && tensor.overlaps(*input)) {
       throw Error(argument, "memory of its own (not shared with an input)",

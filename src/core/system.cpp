@@ -1,7 +1,6 @@
 #include "qkv/system.hpp"
 
 #include <hwy/targets.h>
-#include <omp.h>
 
 #include <cstdint>
 
@@ -17,7 +16,5 @@ std::vector<std::string> simd_targets() {
   }
   return names;
 }
-
-int thread_count() { return omp_get_max_threads(); }
 
 }  // namespace qkv

@@ -21,10 +21,19 @@ using core::wrap_dim;
 
 constexpr std::size_t kAlignment = 64;
 
+// The number of elements of shape; refuses negative sizes and products past 2^60 elements (which
+// no memory holds; 2^60 elements of 8 bytes still count in 64 bits).
 std::int64_t checked_numel(const Shape& shape, const char* argument) {
-  std::int64_t n = 1;
   for (const std::int64_t s : shape) {
     if (s < 0) throw Error(argument, "non-negative sizes", shape_string(shape));
+  }
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  constexpr std::int64_t kMaxElements = std::int64_t{1} << 60;
+  std::int64_t n = 1;
+  for (const std::int64_t s : shape) {
+    if (n > kMaxElements / s) {
+      throw Error(argument, "at most 2^60 elements", shape_string(shape));
+    }
     n *= s;
   }
   return n;
@@ -300,6 +309,7 @@ template f16* Tensor::data_as<f16>() const;
 template std::uint8_t* Tensor::data_as<std::uint8_t>() const;
 
 std::int64_t Tensor::offset_of(const std::int64_t* index, std::size_t n) const {
+  if (!defined_) throw Error("tensor", "a defined tensor", "an undefined tensor");
   if (n != shape_.size()) {
     throw Error("index", std::to_string(shape_.size()) + " coordinates", std::to_string(n));
   }

@@ -144,8 +144,10 @@ AttentionOptions attention_options(const AttentionCall& call, std::int64_t batch
           if (!mask.empty()) {
             const double m = mask[((mask_heads == 1 ? 0 : b * H + h) * Tq + i) * Tk + j];
             if (additive) {
-              kept = kept && m != -std::numeric_limits<double>::infinity();
-              bias[n] = std::isfinite(m) ? m : 0.0;
+              // Only -inf removes; NaN and +inf are added and reach the row, as in PyTorch.
+              const bool removed = m == -std::numeric_limits<double>::infinity();
+              kept = kept && !removed;
+              bias[n] = removed ? 0.0 : m;
             } else {
               kept = kept && m == 0;
             }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <numbers>
 #include <string>
 #include <type_traits>
@@ -53,11 +54,29 @@ void check_parameters(const std::vector<Var>& parameters) {
   }
 }
 
+std::string num(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
+}
+
+// The checks of torch.optim ("Invalid learning rate", ...), NaN refused too.
+void expect_at_least_zero(const char* argument, double x, const char* what = "a number") {
+  if (!(x >= 0)) throw Error(argument, std::string(what) + " >= 0", num(x));
+}
+
+void expect_beta(const char* argument, double beta) {
+  if (!(beta >= 0 && beta < 1)) throw Error(argument, "a number in [0, 1)", num(beta));
+}
+
 }  // namespace
 
 Sgd::Sgd(std::vector<Var> parameters, const SgdOptions& options)
     : parameters_(std::move(parameters)), options_(options), momentum_(parameters_.size()) {
   check_parameters(parameters_);
+  expect_at_least_zero("options.lr", options.lr, "a learning rate");
+  expect_at_least_zero("options.momentum", options.momentum);
+  expect_at_least_zero("options.weight_decay", options.weight_decay);
   if (options.nesterov && (options.momentum <= 0 || options.dampening != 0)) {
     throw Error("nesterov", "momentum > 0 and dampening 0", "other values");
   }
@@ -91,6 +110,11 @@ AdamW::AdamW(std::vector<Var> parameters, const AdamWOptions& options)
       m_(parameters_.size()),
       v_(parameters_.size()) {
   check_parameters(parameters_);
+  expect_at_least_zero("options.lr", options.lr, "a learning rate");
+  expect_beta("options.beta1", options.beta1);
+  expect_beta("options.beta2", options.beta2);
+  expect_at_least_zero("options.eps", options.eps);
+  expect_at_least_zero("options.weight_decay", options.weight_decay);
 }
 
 void AdamW::step() {
@@ -120,6 +144,7 @@ void AdamW::zero_grad() {
 }
 
 double clip_grad_norm(const std::vector<Var>& parameters, double max_norm) {
+  expect_at_least_zero("max_norm", max_norm);
   double squares = 0;
   for (const Var& p : parameters) {
     if (!has_grad(p)) continue;

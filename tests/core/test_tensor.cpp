@@ -755,6 +755,19 @@ TEST(EdgeCases, UndefinedTensor) {
   EXPECT_EQ(t.describe(), "undefined");
   EXPECT_TRUE(Tensor::zeros({1}).defined());
   expect_error([&] { t.copy_from(Tensor::zeros({})); }, "src");
+  expect_error([&] { (void)t.at({}); }, "tensor");
+  expect_error([&] { t.set({}, 1.0); }, "tensor");
+}
+
+// A shape whose element count overflows 64 bits was accepted with numel() wrapped to 0 and 64
+// bytes behind it, so a later set() wrote out of bounds.
+TEST(EdgeCases, ShapesPastTwoToTheSixtyElementsAreRefused) {
+  const std::int64_t big = std::int64_t{1} << 32;
+  expect_error([&] { (void)Tensor::empty({big, big}); }, "shape");
+  expect_error([&] { (void)Tensor::zeros({big, big, 2}, DType::f64); }, "shape");
+  float x = 0;
+  expect_error([&] { (void)Tensor::from_blob(&x, {big, big}, {0, 0}, DType::f32); }, "shape");
+  EXPECT_EQ(Tensor::empty({big, big, 0}).numel(), 0);  // an empty product stays valid
 }
 
 TEST(EdgeCases, ZeroSizeTensors) {

@@ -195,6 +195,36 @@ TEST(MultiheadAttention, FloatMaskIsAddedAndMinusInfinityRemoves) {
   EXPECT_LT(relative_difference(out, mha_reference(m, q, kv, kv, keep, add).out), 1e-12);
 }
 
+// Only -inf removes a key; NaN and +inf in a float attn_mask are added to the score like any
+// value, so that row's weights are NaN, as in PyTorch (the non-finite rule of docs/errors.md).
+TEST(MultiheadAttention, NonFiniteFloatMaskEntriesReachTheirRowAsPyTorch) {
+  Generator gen(3);
+  nn::MultiheadAttention m(config(8, 2), gen);
+  randomize(m, 20);
+  const Tensor q = random({2, 3, 8}, 4), kv = random({2, 4, 8}, 5);
+  Tensor am = Tensor::zeros({3, 4});
+  am.set({0, 1}, -std::numeric_limits<double>::infinity());
+  am.set({1, 2}, std::numeric_limits<double>::quiet_NaN());
+  am.set({2, 0}, std::numeric_limits<double>::infinity());
+  nn::AttentionCall call;
+  call.attn_mask = am;
+  call.need_weights = true;
+  call.average_attn_weights = false;
+  const Tensor w = m.forward(Var(q), Var(kv), Var(kv), call).weights;  // [B, H, Tq, Tk]
+  for (std::int64_t b = 0; b < 2; ++b) {
+    for (std::int64_t h = 0; h < 2; ++h) {
+      EXPECT_EQ(w.at({b, h, 0, 1}), 0.0);
+      double row0 = 0;
+      for (std::int64_t j = 0; j < 4; ++j) {
+        row0 += w.at({b, h, 0, j});
+        EXPECT_TRUE(std::isnan(w.at({b, h, 1, j}))) << "b " << b << " h " << h << " j " << j;
+        EXPECT_TRUE(std::isnan(w.at({b, h, 2, j}))) << "b " << b << " h " << h << " j " << j;
+      }
+      EXPECT_NEAR(row0, 1.0, 1e-6);
+    }
+  }
+}
+
 TEST(MultiheadAttention, GroupedQueryAndCrossAttentionWithKdimVdim) {
   Generator gen(4);
   nn::MultiheadAttentionConfig c = config(8, 4);

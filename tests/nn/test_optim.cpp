@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,45 @@ TEST(AdamW, BiasCorrectionAndDecoupledWeightDecayFollowPyTorchsRule) {
   first.backward(0);
   a2.step();
   EXPECT_NEAR(first.p.value().at({0}), 0.5 - 0.01, 1e-9);
+}
+
+// The options torch.optim refuses ("Invalid learning rate", "Invalid beta parameter", ...) are
+// qkv::Errors naming the option, NaN included: a beta of 1 would divide by 1 - 1^t = 0, a
+// negative max_norm would flip every gradient.
+TEST(Optimizers, RefuseTheOptionsPyTorchRefuses) {
+  const auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Problem pr;
+  const std::vector<Var> ps = {pr.p};
+  const double nan = std::nan("");
+  EXPECT_EQ(message([&] { nn::Sgd(ps, {.lr = -0.1}); }),
+            "options.lr: expected a learning rate >= 0, got -0.1");
+  EXPECT_EQ(message([&] { nn::Sgd(ps, {.lr = nan}); }),
+            "options.lr: expected a learning rate >= 0, got nan");
+  EXPECT_EQ(message([&] { nn::Sgd(ps, {.momentum = -1}); }),
+            "options.momentum: expected a number >= 0, got -1");
+  EXPECT_EQ(message([&] { nn::Sgd(ps, {.weight_decay = -1}); }),
+            "options.weight_decay: expected a number >= 0, got -1");
+  EXPECT_EQ(message([&] { nn::AdamW(ps, {.lr = -1}); }),
+            "options.lr: expected a learning rate >= 0, got -1");
+  EXPECT_EQ(message([&] { nn::AdamW(ps, {.beta1 = 1}); }),
+            "options.beta1: expected a number in [0, 1), got 1");
+  EXPECT_EQ(message([&] { nn::AdamW(ps, {.beta2 = nan}); }),
+            "options.beta2: expected a number in [0, 1), got nan");
+  EXPECT_EQ(message([&] { nn::AdamW(ps, {.eps = -1e-8}); }),
+            "options.eps: expected a number >= 0, got -1e-08");
+  EXPECT_EQ(message([&] { nn::AdamW(ps, {.weight_decay = -0.5}); }),
+            "options.weight_decay: expected a number >= 0, got -0.5");
+  pr.backward(0);
+  EXPECT_EQ(message([&] { nn::clip_grad_norm(ps, -1); }),
+            "max_norm: expected a number >= 0, got -1");
+  EXPECT_EQ(pr.p.grad().to_vector(), (std::vector<double>{0.1, -0.2, 0.3}));  // untouched
 }
 
 TEST(ClipGradNorm, ScalesToTheGlobalNorm) {

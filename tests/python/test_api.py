@@ -4,6 +4,7 @@ scaled_dot_product_attention, errors as ValueError with the C++ message, threads
 
 from __future__ import annotations
 
+import concurrent.futures
 import subprocess
 import sys
 
@@ -184,6 +185,34 @@ def test_errors_are_value_errors_with_the_cpp_message() -> None:
         qkv.attention_backward(out, q, k, v, out, lse[:, :, :2])
 
 
+def test_options_are_checked_not_truncated() -> None:
+    """A float where an integer is expected, or a value that is not a number, is refused with the
+    option's name instead of being truncated (2.7 keys would silently become 2)."""
+    q, k, v = randn(2, 4, 2, 8), randn(2, 4, 2, 8), randn(2, 4, 2, 8)
+    integers = r"expected a sequence of integers"
+    with pytest.raises(ValueError, match=rf"^key_lengths: {integers}, got \[2\.7, 3\]$"):
+        qkv.attention(q, k, v, key_lengths=[2.7, 3])
+    with pytest.raises(ValueError, match=rf"^query_lengths: {integers}"):
+        qkv.attention(q, k, v, query_lengths=np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"^key_lengths: expected 64-bit integers, got \[\d+, 2\]"):
+        qkv.attention(q, k, v, key_lengths=[2**70, 2])
+    with pytest.raises(ValueError, match=r"^window: expected \(left, right\), got 3$"):
+        qkv.attention(q, k, v, window=3)
+    with pytest.raises(ValueError, match=r"^window: expected \(left, right\), got \(1\.5, 0\)"):
+        qkv.attention(q, k, v, window=(1.5, 0))
+    with pytest.raises(ValueError, match=r"^seed: expected an integer in \[0, 2\*\*64\), got 1\.5"):
+        qkv.attention(q, k, v, dropout_p=0.1, seed=1.5)
+    with pytest.raises(ValueError, match=r"^softcap: expected a number, got 'x'$"):
+        qkv.attention(q, k, v, softcap="x")
+    with pytest.raises(ValueError, match=r"^alibi_slopes: expected a sequence of numbers"):
+        qkv.attention(q, k, v, alibi_slopes=0.5)
+    with pytest.raises(ValueError, match=r"^attn_mask: expected bool, float32 or float64, got int"):
+        qkv.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(4, 4, dtype=torch.int64))
+    lengths = (np.array([3, 4]), torch.tensor([3, 4]), [np.int32(3), 4])
+    outs = [qkv.attention(q, k, v, key_lengths=n) for n in lengths]
+    assert all(torch.equal(outs[0], out) for out in outs[1:])
+
+
 def test_threads() -> None:
     before = qkv.get_num_threads()
     qkv.set_num_threads(1)
@@ -192,6 +221,35 @@ def test_threads() -> None:
     assert qkv.get_num_threads() == before
     with pytest.raises(ValueError, match=r"^n: expected at least 1 thread, got 0$"):
         qkv.set_num_threads(0)
+
+
+def test_threads_budget_is_qkvs_own() -> None:
+    """qkv.set_num_threads sets qkv's budget, not torch's count (nor the reverse)."""
+    before, torch_before = qkv.get_num_threads(), torch.get_num_threads()
+    qkv.set_num_threads(3)
+    torch.set_num_threads(1)
+    assert (qkv.get_num_threads(), torch.get_num_threads()) == (3, 1)
+    qkv.set_num_threads(before)
+    torch.set_num_threads(torch_before)
+
+
+def test_python_threads_give_the_sequential_results() -> None:
+    """8 Python threads (the calls release the GIL) calling the forward and the backward on
+    different inputs at once give bitwise the results of the same calls made one by one."""
+
+    def work(n: int):
+        q = randn(2, 40, 4, 16, seed=n)
+        k = randn(2, 70, 2, 16, seed=n + 1)
+        v = randn(2, 70, 2, 16, seed=n + 2)
+        options = {"causal": "bottom_right", "dropout_p": 0.2, "seed": n, "offset": 2**40 + n}
+        out, lse = qkv.attention(q, k, v, return_lse=True, **options)
+        return (out, lse) + tuple(qkv.attention_backward(out, q, k, v, out, lse, **options))
+
+    sequential = [work(n) for n in range(16)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        concurrent_results = list(pool.map(work, range(16)))
+    for n, (a, b) in enumerate(zip(sequential, concurrent_results)):
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), f"work {n}"
 
 
 def test_import_without_torch() -> None:

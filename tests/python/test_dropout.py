@@ -1,12 +1,15 @@
 """Dropout: the mask is recovered from qkv's own output with v = identity rows (out[i, j] =
 P_ij * keep_ij / (1 - p)), then the forward with another v and the backward are checked against
 the torch-primitive formula applying that recovered mask: the backward regenerates the forward's
-mask from the seed."""
+mask from the seed. The recovered mask is also the one C++ draws for the same seed and offset:
+qkv::dropout_keep, written again here in numpy from <qkv/philox.hpp>'s layout and checked
+against Random123's known answers."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -86,3 +89,68 @@ def test_torch_autograd_function_float32() -> None:
     ref = grads(torch.float64, lambda *x: attention_ref(*x, dropout_p=P_DROP, keep=keep)[0])
     for name, g, n, r in zip(("dq", "dk", "dv"), got, naive, ref):
         check_f32(name, g, n, r)
+
+
+MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(counter, key):
+    """Philox4x32-10 on numpy arrays of 32-bit values (held in uint64): counter (c0, c1, c2, c3),
+    key (k0, k1) -> the 4 output words."""
+    c0, c1, c2, c3 = (np.asarray(x, dtype=np.uint64) for x in counter)
+    k0, k1 = (np.asarray(x, dtype=np.uint64) for x in key)
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c0
+        p1 = np.uint64(0xCD9E8D57) * c2
+        hi0, lo0 = p0 >> np.uint64(32), p0 & MASK32
+        hi1, lo1 = p1 >> np.uint64(32), p1 & MASK32
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0 = (k0 + np.uint64(0x9E3779B9)) & MASK32
+        k1 = (k1 + np.uint64(0xBB67AE85)) & MASK32
+    return c0, c1, c2, c3
+
+
+@pytest.mark.parametrize(
+    "counter, key, expected",
+    [  # Random123's known answers (kat_vectors), as tests/core/test_philox.cpp has them
+        ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+        ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+        (
+            (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+            (0xA4093822, 0x299F31D0),
+            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+        ),
+    ],
+)
+def test_numpy_philox_matches_random123(counter, key, expected) -> None:
+    assert tuple(int(x) for x in philox4x32_10(counter, key)) == expected
+
+
+def dropout_keep(seed: int, offset: int, b: int, hq: int, tq: int, tk: int, p: float):
+    """qkv::dropout_keep(seed, offset, b * Hq + h, i, j, p) for every (b, h, i, j) ->
+    bool [B, Hq, Tq, Tk]: key (seed low 32 bits, seed high XOR offset high), counter (j / 4, i,
+    b * Hq + h, offset low), lane j % 4, kept when its top 24 bits / 2^24 >= p."""
+    bi, hi, ii, ji = np.meshgrid(
+        np.arange(b), np.arange(hq), np.arange(tq), np.arange(tk), indexing="ij"
+    )
+    bh = (bi * hq + hi).astype(np.uint64)
+    key = (seed & 0xFFFFFFFF, (seed >> 32) ^ (offset >> 32))
+    counter = (ji.astype(np.uint64) >> np.uint64(2), ii, bh, np.full_like(bh, offset & 0xFFFFFFFF))
+    words = np.stack(philox4x32_10(counter, key))
+    bits = np.take_along_axis(words, (ji & 3)[np.newaxis], axis=0)[0]
+    uniform = (bits >> np.uint64(8)).astype(np.float32) * np.float32(2.0**-24)
+    return uniform.astype(np.float64) >= p
+
+
+@pytest.mark.parametrize(
+    "seed, offset", [(1234, 0), (2**40 | 5, 2**35 | 9), (2**64 - 1, 2**64 - 2)], ids=str
+)
+@pytest.mark.parametrize("backend", ["auto", "reference"])
+def test_mask_is_the_cpp_librarys_for_the_same_seed_and_offset(seed, offset, backend) -> None:
+    q, k, _, _ = inputs(3)
+    options = {"causal": "bottom_right", "backend": backend}
+    keep = recover_keep(q, k, seed=seed, offset=offset, **options)
+    candidates = (qkv.attention_weights(q, k, **options) != 0).numpy()
+    want = dropout_keep(seed, offset, B, Hq, T, T, P_DROP) & candidates
+    assert (~want & candidates).any(), "nothing dropped"
+    assert np.array_equal(keep.numpy(), want)

@@ -1,5 +1,11 @@
-# cmake -DQKV=path/to/qkv -P test_cli.cmake: `qkv info` prints what it promises, and a missing
-# subcommand is an error with usage.
+# cmake -DQKV=path/to/qkv -DWORK=dir -DBENCH=ON|OFF -P test_cli.cmake: `qkv info` prints what it
+# promises; --help exits 0; bad arguments (an unknown command or option, a missing argument, a
+# value that does not parse or is out of range) exit 2 with the message and the usage of the
+# command concerned on stderr, before any work.
+include(${CMAKE_CURRENT_LIST_DIR}/cli_expect.cmake)
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+
 execute_process(COMMAND ${QKV} info RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT code EQUAL 0)
   message(FATAL_ERROR "qkv info exited ${code}: ${err}")
@@ -10,7 +16,62 @@ foreach(pattern "^qkv [0-9]+\\.[0-9]+\\.[0-9]+\n" "simd targets: [A-Z0-9_]+" "th
   endif()
 endforeach()
 message("${out}")
-execute_process(COMMAND ${QKV} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(code EQUAL 0)
-  message(FATAL_ERROR "qkv without a subcommand should fail")
+
+expect_help(USAGE "Usage: qkv" ARGS --help)
+foreach(command demo translate heatmap info)
+  expect_help(USAGE "Usage: qkv ${command}" ARGS ${command} --help)
+endforeach()
+
+expect_usage_error(USAGE "Usage: qkv" NAMES "subcommand" ARGS)
+expect_usage_error(USAGE "Usage: qkv" NAMES "frob" ARGS frob)
+expect_usage_error(USAGE "Usage: qkv" NAMES "--frob" ARGS --frob)
+expect_usage_error(USAGE "Usage: qkv info" NAMES "extra" ARGS info extra)
+
+set(demo USAGE "Usage: qkv demo")
+expect_usage_error(${demo} NAMES "--frob" ARGS demo --frob)
+expect_usage_error(${demo} NAMES "--steps" ARGS demo --steps -3)
+expect_usage_error(${demo} NAMES "--steps" ARGS demo --steps abc)
+expect_usage_error(${demo} NAMES "--steps" ARGS demo --steps 99999999999999999999)
+expect_usage_error(${demo} NAMES "--steps" ARGS demo --steps 0x10)
+expect_usage_error(${demo} NAMES "--seed" ARGS demo --seed -1)
+expect_usage_error(${demo} NAMES "--lr" ARGS demo --lr nan)
+expect_usage_error(${demo} NAMES "--lr" ARGS demo --lr 0)
+expect_usage_error(${demo} NAMES "--time-budget" ARGS demo --time-budget inf)
+expect_usage_error(${demo} NAMES "--heads" ARGS demo --heads 0)
+expect_usage_error(${demo} NAMES "--heads" ARGS demo --d-model 30 --heads 4)
+expect_usage_error(${demo} NAMES "--beam-sentences" ARGS demo --beam-sentences -1)
+expect_usage_error(${demo} NAMES "--out" ARGS demo --out)
+if(EXISTS ${WORK}/qkv-demo)
+  message(FATAL_ERROR "a qkv demo with bad arguments made ${WORK}/qkv-demo")
+endif()
+
+set(translate USAGE "Usage: qkv translate")
+expect_usage_error(${translate} NAMES "--model" ARGS translate)
+expect_usage_error(${translate} NAMES "--model" ARGS translate "the cat")
+expect_usage_error(${translate} NAMES "sentences" ARGS translate --model model.safetensors)
+expect_usage_error(${translate} NAMES "sentences" ARGS translate --model model.safetensors " ")
+expect_usage_error(${translate} NAMES "--beam" ARGS translate --model m.safetensors --beam 0 a)
+expect_usage_error(${translate} NAMES "--length-alpha"
+                   ARGS translate --model m.safetensors --length-alpha nan a)
+expect_usage_error(${translate} NAMES "--heatmap"
+                   ARGS translate --model m.safetensors --heatmap cat.gif a)
+
+set(heatmap USAGE "Usage: qkv heatmap")
+expect_usage_error(${heatmap} NAMES "file" ARGS heatmap)
+expect_usage_error(${heatmap} NAMES "--head" ARGS heatmap w.safetensors --head -1)
+expect_usage_error(${heatmap} NAMES "--batch" ARGS heatmap w.safetensors --batch x)
+expect_usage_error(${heatmap} NAMES "--cell-size" ARGS heatmap w.safetensors --cell-size -2)
+expect_usage_error(${heatmap} NAMES "--vmax" ARGS heatmap w.safetensors --vmax inf)
+expect_usage_error(${heatmap} NAMES "--out" ARGS heatmap w.safetensors --out w.jpg)
+expect_usage_error(${heatmap} NAMES "b.safetensors" ARGS heatmap a.safetensors b.safetensors)
+
+if(BENCH)
+  expect_help(USAGE "Usage: qkv bench" ARGS bench --help)
+  set(bench USAGE "Usage: qkv bench")
+  expect_usage_error(${bench} NAMES "--T" ARGS bench --T abc)
+  expect_usage_error(${bench} NAMES "--T" ARGS bench --T 512,-1)
+  expect_usage_error(${bench} NAMES "--threads" ARGS bench --threads 0)
+  expect_usage_error(${bench} NAMES "--reps" ARGS bench --reps 1.5)
+  expect_usage_error(${bench} NAMES "--dtype" ARGS bench --dtype f16)
+  expect_usage_error(${bench} NAMES "--pass" ARGS bench --pass sideways)
 endif()

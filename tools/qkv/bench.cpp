@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/checks.hpp"
 #include "qkv/commands.hpp"
 #include "qkv/error.hpp"
 #include "qkv/system.hpp"
@@ -25,7 +26,7 @@ struct BenchOptions {
   bool quick = false;
   bool no_decode = false;
   std::string json_path;
-  int threads = 0;  // 0: thread_count()
+  int threads = 0;  // 0: num_threads()
   int reps = 0;     // 0: bench::reps_for picks
   std::vector<std::int64_t> ts;
   std::vector<std::int64_t> ds;
@@ -134,7 +135,7 @@ void print_row(const bench::RowResult& r, bool have_peak) {
 }
 
 void run_bench(const BenchOptions& opt) {
-  const int threads = opt.threads > 0 ? opt.threads : thread_count();
+  const int threads = opt.threads > 0 ? opt.threads : num_threads();
   const DType dtype = opt.dtype == "f64" ? DType::f64 : DType::f32;
   std::vector<std::int64_t> ts =
       opt.quick ? std::vector<std::int64_t>{256, 512} : bench::kDefaultTs;
@@ -215,21 +216,22 @@ void add_bench(CLI::App& app) {
                 "First measure the FMA peak and STREAM bandwidth and show each row's fraction of "
                 "them (without it the fraction columns are left out and JSON has null)");
   cmd->add_option("--json", opt->json_path, "Also write the results to this JSON file");
-  cmd->add_option("--threads", opt->threads, "OpenMP threads (default: all, OMP_NUM_THREADS)")
-      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--threads", opt->threads,
+                  "qkv::set_num_threads (default: OMP_NUM_THREADS or all)")
+      ->transform(integer<int>(1, 4096));
   cmd->add_option("--reps", opt->reps,
                   "Timed repetitions per row (default: enough for ~10 s a row, 3 to 10)")
-      ->check(CLI::Range(1, 1000000));
+      ->transform(integer<int>(1, 1000000));
   cmd->add_flag("--quick", opt->quick,
                 "A tiny suite for smoke tests: T in {256, 512}, D 64, one decode row (Tk 4096)");
   cmd->add_option("--T", opt->ts, "Sequence lengths (Tq = Tk), replacing the default list")
-      ->check(CLI::PositiveNumber)
+      ->transform(integer<std::int64_t>(1))
       ->delimiter(',');
   cmd->add_option("--D", opt->ds, "Head dims, replacing the default list")
-      ->check(CLI::PositiveNumber)
+      ->transform(integer<std::int64_t>(1))
       ->delimiter(',');
   cmd->add_option("--decode-tk", opt->decode_tks, "Decode rows' key lengths, replacing the default")
-      ->check(CLI::PositiveNumber)
+      ->transform(integer<std::int64_t>(1))
       ->delimiter(',');
   cmd->add_flag("--no-decode", opt->no_decode, "Leave out the decode rows");
   cmd->add_option("--pass", opt->passes, "Only these passes (fwd, bwd)")

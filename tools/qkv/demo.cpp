@@ -10,11 +10,14 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "qkv/autograd/ops.hpp"
+#include "qkv/checks.hpp"
 #include "qkv/commands.hpp"
 #include "qkv/error.hpp"
+#include "qkv/labels.hpp"
 #include "qkv/models/checkpoint.hpp"
 #include "qkv/models/corpus.hpp"
 #include "qkv/models/decode.hpp"
@@ -96,11 +99,15 @@ void run_demo(const DemoOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto begin = Clock::now();
   const fs::path out(o.out);
-  fs::create_directories(out / "heatmaps");
+  std::error_code error;
+  fs::create_directories(out / "heatmaps", error);
+  if (error) {
+    throw Error("--out", "a folder that can be created", o.out + " (" + error.message() + ")");
+  }
   std::printf(
       "qkv demo: a Transformer learns to translate a synthetic English into a French-like\n"
       "language, on %d threads; everything goes to %s/\n\n",
-      thread_count(), out.string().c_str());
+      num_threads(), out.string().c_str());
 
   // 1. Data
   const std::vector<SentencePair> train = models::generate_corpus(o.train_sentences, o.seed);
@@ -151,7 +158,7 @@ void run_demo(const DemoOptions& o) {
   train_options.steps = o.steps == 0 ? o.max_steps : o.steps;
   if (o.steps == 0) {
     train_options.time_budget = o.time_budget;
-    train_options.warmup_steps = 150;
+    train_options.warmup_steps = std::min<std::int64_t>(150, o.max_steps / 10);
     std::printf("training: %.0f s of steps of %lld sentence pairs\n", o.time_budget,
                 static_cast<long long>(o.batch));
   } else {
@@ -219,12 +226,11 @@ void run_demo(const DemoOptions& o) {
     b.decode.keep_weights = true;
     b.decode.max_length = config.max_length;
     const models::Translation t = models::beam_search(model, source.encode(sentences[i]), b);
-    std::vector<std::string> rows = target.decode(t.tokens);
-    rows.emplace_back("<eos>");
+    const std::vector<std::string> rows = row_labels(t, target);
     const Tensor weights = with_average(t.cross_weights);
     viz::HeatmapOptions h;
     h.x_labels = sentences[i];
-    h.y_labels = std::vector<std::string>(rows.begin(), rows.begin() + weights.size(1));
+    h.y_labels = rows;
     for (std::int64_t head = 0; head < config.heads; ++head) {
       h.panel_titles.push_back("head " + std::to_string(head));
     }
@@ -272,7 +278,7 @@ void run_demo(const DemoOptions& o) {
       {"train_steps", report.steps},
       {"batch_size", o.batch},
       {"final_loss", report.losses.back()},
-      {"threads", thread_count()},
+      {"threads", num_threads()},
       {"seed", o.seed},
       {"parameters", parameters},
       {"buckets", buckets},
@@ -284,7 +290,13 @@ void run_demo(const DemoOptions& o) {
       {"model", model_path.string()},
       {"heatmaps", heatmaps},
   };
-  std::ofstream(out / "summary.json") << summary.dump(2) << "\n";
+  std::ofstream summary_file(out / "summary.json");
+  summary_file << summary.dump(2) << "\n";
+  summary_file.close();
+  if (!summary_file) {
+    throw Error("--out", "a folder summary.json can be written to",
+                (out / "summary.json").string());
+  }
   std::printf(
       "\nwritten to %s/: model.safetensors (try: qkv translate --model %s \"the black "
       "cat sat on the mat\"), heatmaps/*.png|svg|safetensors, summary.json\n"
@@ -300,46 +312,61 @@ void add_demo(CLI::App& app) {
       "demo", "Train a small translator, evaluate it, and draw where it looks (the main job)");
   demo->add_option("--out", options->out, "Output folder")->capture_default_str();
   demo->add_option("--seed", options->seed, "Seed of the corpus, the model and the batches")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(integer<std::uint64_t>(0));
   demo->add_option("--train-sentences", options->train_sentences, "Training pairs")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--eval-sentences", options->eval_sentences, "Held-out pairs")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--steps", options->steps,
                    "Training steps; 0 trains for --time-budget seconds, the learning rate decaying "
                    "with the time (steps then depend on the machine)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->transform(integer<std::int64_t>(0));
   demo->add_option("--time-budget", options->time_budget, "Seconds of training when --steps is 0")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(finite_number(/*allow_zero=*/false));
   demo->add_option("--max-steps", options->max_steps, "Most steps of a --time-budget run")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--batch", options->batch, "Sentence pairs per step")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  demo->add_option("--lr", options->lr, "Peak learning rate")->capture_default_str();
-  demo->add_option("--d-model", options->d_model, "Model width")->capture_default_str();
-  demo->add_option("--heads", options->heads, "Attention heads")->capture_default_str();
+      ->transform(integer<std::int64_t>(1));
+  demo->add_option("--lr", options->lr, "Peak learning rate")
+      ->capture_default_str()
+      ->check(finite_number(/*allow_zero=*/false));
+  demo->add_option("--d-model", options->d_model, "Model width (a multiple of --heads)")
+      ->capture_default_str()
+      ->transform(integer<std::int64_t>(1));
+  demo->add_option("--heads", options->heads, "Attention heads")
+      ->capture_default_str()
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--feedforward", options->feedforward, "Feed-forward width")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--layers", options->layers, "Encoder and decoder layers (each)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--beam", options->beam, "Beam width")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   demo->add_option("--beam-sentences", options->beam_sentences,
                    "Held-out sentences also decoded with beam search")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(integer<std::int64_t>(0));
   demo->add_option("--heatmaps", options->heatmaps, "Sentences to draw")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  demo->callback([options] { run_demo(*options); });
+      ->transform(integer<std::int64_t>(1));
+  demo->callback([options] {
+    if (options->d_model % options->heads != 0) {
+      throw CLI::ValidationError("--heads", "expected a divisor of --d-model " +
+                                                std::to_string(options->d_model) + ", got " +
+                                                std::to_string(options->heads));
+    }
+    run_demo(*options);
+  });
 }
 
 }  // namespace qkv::cli

@@ -3,13 +3,16 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "qkv/checks.hpp"
 #include "qkv/commands.hpp"
 #include "qkv/error.hpp"
+#include "qkv/files.hpp"
 #include "qkv/safetensors.hpp"
 
 namespace qkv::cli {
@@ -54,8 +57,17 @@ Tensor pick_tensor(const NamedTensors& tensors, const std::string& name, const s
 
 // The tensor drawn is [R, C], [H, R, C] or [B, H, R, C] (one batch entry), or one head of it.
 void run(const HeatmapArgs& args, bool head_given, bool batch_given) {
-  Tensor weights = pick_tensor(load_safetensors(args.file).tensors, args.tensor, args.file);
+  const std::filesystem::path out =
+      args.out.empty() ? std::filesystem::path(args.file).stem().string() + ".png" : args.out;
+  expect_output_folder("--out", out);
+  Tensor weights = pick_tensor(
+      load_named(args.file,
+                 [](const std::filesystem::path& path) { return load_safetensors(path); })
+          .tensors,
+      args.tensor, args.file);
   const std::string shape = weights.describe();
+  const std::string argument = "the tensor of " + args.file;
+  if (weights.numel() == 0) throw Error(argument, "attention weights, not an empty tensor", shape);
   // [B, H, R, C] -> [H, R, C] of one batch entry
   if (weights.dim() == 4) {
     if (args.batch < 0 || args.batch >= weights.size(0)) {
@@ -79,15 +91,13 @@ void run(const HeatmapArgs& args, bool head_given, bool batch_given) {
     options.panel_titles = {"head " + std::to_string(args.head)};
   }
   if (weights.dim() != 2 && weights.dim() != 3) {
-    throw Error("tensor", "attention weights [R, C], [H, R, C] or [B, H, R, C]", shape);
+    throw Error(argument, "attention weights [R, C], [H, R, C] or [B, H, R, C]", shape);
   }
   options.x_labels = split_words(args.x_labels);
   options.y_labels = split_words(args.y_labels);
   options.title = args.title;
   options.cell_size = args.cell_size;
   options.vmax = args.vmax;
-  const std::filesystem::path out =
-      args.out.empty() ? std::filesystem::path(args.file).stem().string() + ".png" : args.out;
   const viz::HeatmapLayout layout = viz::heatmap_layout(
       weights.size(-2), weights.size(-1), weights.dim() == 3 ? weights.size(0) : 1, options);
   viz::write_heatmap(weights, options, out);
@@ -102,15 +112,21 @@ void add_heatmap(CLI::App& app) {
   auto args = std::make_shared<HeatmapArgs>();
   command->add_option("file", args->file, "The .safetensors file")->required();
   command->add_option("--tensor", args->tensor, "The tensor to draw (default: the only one)");
-  command->add_option("--out", args->out, "OUT.png or OUT.svg (default: FILE's stem + .png)");
+  command->add_option("--out", args->out, "OUT.png or OUT.svg (default: FILE's stem + .png)")
+      ->check(image_file());
   command->add_option("--x-labels", args->x_labels, "Column (key) labels, separated by spaces");
   command->add_option("--y-labels", args->y_labels, "Row (query) labels, separated by spaces");
   command->add_option("--title", args->title, "Title over the figure");
-  CLI::Option* head = command->add_option("--head", args->head, "Draw only this head");
-  CLI::Option* batch = command->add_option("--batch", args->batch,
-                                           "Batch entry of a [B, H, R, C] tensor (default 0)");
-  command->add_option("--cell-size", args->cell_size, "Pixels per cell (default: from the size)");
-  command->add_option("--vmax", args->vmax, "Top of the color scale (default: the largest weight)");
+  CLI::Option* head = command->add_option("--head", args->head, "Draw only this head")
+                          ->transform(integer<std::int64_t>(0));
+  CLI::Option* batch =
+      command
+          ->add_option("--batch", args->batch, "Batch entry of a [B, H, R, C] tensor (default 0)")
+          ->transform(integer<std::int64_t>(0));
+  command->add_option("--cell-size", args->cell_size, "Pixels per cell (default: from the size)")
+      ->transform(integer<int>(0));
+  command->add_option("--vmax", args->vmax, "Top of the color scale (default: the largest weight)")
+      ->check(finite_number(/*allow_zero=*/true));
   command->callback([args, head, batch] { run(*args, head->count() > 0, batch->count() > 0); });
 }
 

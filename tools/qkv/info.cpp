@@ -16,7 +16,7 @@ void add_info(CLI::App& app) {
       targets += (targets.empty() ? "" : " ") + target;
     }
     std::printf("simd targets: %s\n", targets.c_str());
-    std::printf("threads: %d\n", thread_count());
+    std::printf("threads: %d\n", num_threads());
   });
 }
 

@@ -4,12 +4,16 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "qkv/checks.hpp"
 #include "qkv/commands.hpp"
 #include "qkv/error.hpp"
+#include "qkv/files.hpp"
+#include "qkv/labels.hpp"
 #include "qkv/models/checkpoint.hpp"
 #include "qkv/models/corpus.hpp"
 #include "qkv/models/decode.hpp"
@@ -41,7 +45,9 @@ std::string numbered(const std::string& path, std::size_t i, std::size_t count) 
 }
 
 void run_translate(const TranslateOptions& o) {
-  const models::TranslatorBundle bundle = models::load_translator(o.model);
+  if (!o.heatmap.empty()) expect_output_folder("--heatmap", o.heatmap);
+  const models::TranslatorBundle bundle = load_named(
+      o.model, [](const std::filesystem::path& path) { return models::load_translator(path); });
   models::Translator& model = *bundle.model;
   for (std::size_t i = 0; i < o.sentences.size(); ++i) {
     const std::vector<std::string> words = models::tokenize(o.sentences[i]);
@@ -72,12 +78,9 @@ void run_translate(const TranslateOptions& o) {
         o.beam == 1 ? "greedy" : ("beam " + std::to_string(o.beam)).c_str(), t.step_seconds.size(),
         1e3 * median(t.step_seconds), 1e3 * total, t.log_probability);
     if (!o.heatmap.empty()) {
-      std::vector<std::string> rows = out;
-      rows.emplace_back("<eos>");
-      rows.resize(static_cast<std::size_t>(t.cross_weights.size(1)));
       viz::HeatmapOptions h;
       h.x_labels = words;
-      h.y_labels = rows;
+      h.y_labels = row_labels(t, bundle.target_vocabulary);
       h.title = models::join_words(words) + "  ->  " + models::join_words(out);
       const std::string path = numbered(o.heatmap, i, o.sentences.size());
       viz::write_heatmap(t.cross_weights, h, path);
@@ -93,18 +96,21 @@ void add_translate(CLI::App& app) {
   CLI::App* translate =
       app.add_subcommand("translate", "Translate sentences with a model saved by qkv demo");
   translate->add_option("--model", options->model, "The model.safetensors qkv demo wrote")
+      ->required();
+  translate->add_option("sentences", options->sentences, "Sentences to translate")
       ->required()
-      ->check(CLI::ExistingFile);
-  translate->add_option("sentences", options->sentences, "Sentences to translate")->required();
+      ->check(not_blank());
   translate->add_option("--beam", options->beam, "Beam width (1: greedy)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->transform(integer<std::int64_t>(1));
   translate
       ->add_option("--length-alpha", options->length_alpha,
                    "Beam search's length normalization exponent")
-      ->capture_default_str();
-  translate->add_option("--heatmap", options->heatmap,
-                        "Draw the cross-attention to this .png or .svg");
+      ->capture_default_str()
+      ->check(finite_number(/*allow_zero=*/true));
+  translate
+      ->add_option("--heatmap", options->heatmap, "Draw the cross-attention to this .png or .svg")
+      ->check(image_file());
   translate->callback([options] { run_translate(*options); });
 }
 

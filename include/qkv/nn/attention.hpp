@@ -30,7 +30,7 @@ struct AttentionCall {
   // [B, Tk] boolean, true = padded (ignored), as PyTorch.
   Tensor key_padding_mask;
   // [Tq, Tk] or [B * num_heads, Tq, Tk]: boolean, true = NOT allowed (as PyTorch), or floating,
-  // added to the scores (-inf entries disallow).
+  // added to the scores (-inf entries disallow; NaN and +inf are added, making that row NaN).
   Tensor attn_mask;
   bool is_causal = false;  // top-left: query i sees keys j <= i
   // [B] valid keys per batch (keys from key_lengths[b] on are ignored): the same as a

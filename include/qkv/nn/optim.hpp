@@ -27,6 +27,8 @@ struct SgdOptions {
 // p -= lr g.
 class Sgd {
  public:
+  // Throws qkv::Error for lr, momentum or weight_decay < 0 (or NaN), nesterov without momentum > 0
+  // and dampening 0, and parameters that are not leaves requiring grad.
   Sgd(std::vector<Var> parameters, const SgdOptions& options);
   void step();
   void zero_grad();
@@ -50,6 +52,8 @@ struct AdamWOptions {
 // p -= lr / (1 - b1^t) m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 class AdamW {
  public:
+  // Throws qkv::Error for lr, eps or weight_decay < 0, betas outside [0, 1) (NaN too), and
+  // parameters that are not leaves requiring grad.
   AdamW(std::vector<Var> parameters, const AdamWOptions& options);
   void step();
   void zero_grad();
@@ -65,6 +69,7 @@ class AdamW {
 
 // torch.nn.utils.clip_grad_norm_: the global L2 norm of every gradient; when above max_norm,
 // every gradient is scaled by max_norm / (norm + 1e-6). Returns the norm before clipping.
+// max_norm >= 0 (else qkv::Error, no gradient touched).
 double clip_grad_norm(const std::vector<Var>& parameters, double max_norm);
 
 // Linear warm-up from 0 to base_lr over warmup_steps, then cosine decay to min_lr at

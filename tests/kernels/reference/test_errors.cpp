@@ -198,6 +198,15 @@ std::vector<ErrorCase> error_cases() {
     c.out = storage.slice(0, 0, B * Tq * Hq * Dv).view({B, Tq, Hq, Dv});
     c.lse = storage.slice(0, 8, 8 + B * Hq * Tq).view({B, Hq, Tq});
   });
+  // An output whose own elements share memory: the writes would land on each other.
+  add("out_repeats_its_elements", kForwardInto, "out", [](Call& c) {
+    c.out = Tensor::full({B, 1, Hq, Dv}, kSentinel, DType::f64).expand({B, Tq, Hq, Dv});
+  });
+  add("lse_strides_meet", kForwardInto, "lse", [](Call& c) {
+    // Strides that do not nest and do meet: (b, h, i) and (b, h + 1, i - 2) share an element.
+    static const Tensor storage = Tensor::full({64}, kSentinel, DType::f64);  // outlives c.lse
+    c.lse = Tensor::from_blob(storage.data(), {B, Hq, Tq}, {32, 2, 1}, DType::f64);
+  });
   // Inputs only the backward reads.
   add("dout_shape", kBackward | kBackwardInto, "dout", [=](Call& c) mutable {
     c.dout = randn({B, Tq, Hq, Dv + 1});
@@ -233,6 +242,9 @@ std::vector<ErrorCase> error_cases() {
     c.grads.dk = storage.slice(0, 0, B * Tk * Hk * D).view({B, Tk, Hk, D});
     c.fwd_lse =
         storage.slice(0, B * Tk * Hk * D - 1, B * Tk * Hk * D - 1 + B * Hq * Tq).view({B, Hq, Tq});
+  });
+  add("dv_repeats_its_elements", kBackwardInto, "grads.dv", [](Call& c) {
+    c.grads.dv = Tensor::full({B, Tk, 1, Dv}, kSentinel, DType::f64).expand({B, Tk, Hk, Dv});
   });
   add("dk_overlaps_dq", kBackwardInto, "grads", [](Call& c) {
     Tensor storage = Tensor::full({B * Tq * Hq * D + 4}, kSentinel, DType::f64);
