@@ -39,11 +39,15 @@ class BroadcastIndex {
 
 double epsilon(DType compute) { return compute == DType::f64 ? 0x1p-52 : 0x1p-23; }
 
-// Turns the magnitudes of n-term sums into slack, in place.
-void to_slack(std::vector<double>& magnitudes, std::int64_t n, DType compute) {
-  const double factor =
-      4 * std::sqrt(static_cast<double>(std::max<std::int64_t>(n, 1))) * epsilon(compute);
-  for (double& m : magnitudes) m *= factor;
+double smallest_normal(DType compute) { return compute == DType::f64 ? 0x1p-1022 : 0x1p-126; }
+
+// The factor that turns the magnitudes of n-term sums into slack.
+double slack_factor(std::int64_t n, DType compute) {
+  return 4 * std::sqrt(static_cast<double>(std::max<std::int64_t>(n, 1))) * epsilon(compute);
+}
+
+void multiply(std::vector<double>& values, double factor) {
+  for (double& x : values) x *= factor;
 }
 
 }  // namespace
@@ -74,6 +78,16 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& exact, DType 
   m.dk.assign(B * Tk * Hk * D, 0.0);
   m.dv.assign(B * Tk * Hk * Dv, 0.0);
   m.dbias.assign(o.bias.defined() ? count(o.bias.shape()) : 0, 0.0);
+  // The number of terms a result sums, counted over the whole chain: the backward's dS reads
+  // out, which carries the forward's rounding over Tk keys, and dQ, dK, dV sum over Tk keys or
+  // G Tq rows of products over D or Dv; dbias sums the entries its broadcast folds.
+  const std::int64_t terms = Tk + G * Tq + D + Dv;
+  const std::int64_t bias_terms =
+      o.bias.defined() ? B * Hq * Tq * Tk / std::max<std::int64_t>(count(o.bias.shape()), 1) : 0;
+  const double factor = slack_factor(terms, compute);
+  // A P_ij below the smallest normal may come out as 0 or as a subnormal, whatever its exact
+  // value (the fused kernel's exp returns 0 there): each kept pair may lose that much of P.
+  const double lost_p = 2 * smallest_normal(compute) / factor;
   std::vector<double> raw(Tk);
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t h = 0; h < Hq; ++h) {
@@ -115,7 +129,7 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& exact, DType 
                                           static_cast<std::uint32_t>(j), o.dropout_p)
                                ? 1 / (1 - o.dropout_p)
                                : 0.0;
-          const double pr = rounding_of_p * p;
+          const double pr = rounding_of_p * p + lost_p;
           const std::int64_t kv = (b * Tk + j) * Hk + hk;
           const double* kj = k.data() + kv * D;
           const double* vj = v.data() + kv * Dv;
@@ -143,16 +157,10 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& exact, DType 
       }
     }
   }
-  // The number of terms a result sums, counted over the whole chain: the backward's dS reads
-  // out, which carries the forward's rounding over Tk keys, and dQ, dK, dV sum over Tk keys or
-  // G Tq rows of products over D or Dv; dbias sums the entries its broadcast folds.
-  const std::int64_t terms = Tk + G * Tq + D + Dv;
-  const std::int64_t bias_terms =
-      m.dbias.empty() ? 0 : B * Hq * Tq * Tk / std::max<std::int64_t>(count(o.bias.shape()), 1);
   for (std::vector<double>* magnitudes : {&m.out, &m.lse, &m.dq, &m.dk, &m.dv}) {
-    to_slack(*magnitudes, terms, compute);
+    multiply(*magnitudes, factor);
   }
-  to_slack(m.dbias, terms + bias_terms, compute);
+  multiply(m.dbias, slack_factor(terms + bias_terms, compute));
   return m;
 }
 

@@ -10,10 +10,11 @@
 // entry is
 //   4 sqrt(n) eps_compute (the sum of the magnitudes of its terms, P's rounding included),
 // the magnitudes computed here in f64 from the reference's probabilities P, e.g.
-// sum_j (2 + 2 A_i + |lse_i|) P_ij z_ij |v_jc| for out_ic, with A_i the largest |s_ij| row i can
-// have and z the dropout factor. An entry that cancels large terms gets their size, not its own,
-// and an entry whose terms are small gets a small slack, so a bug in the masks, the indexing or the
-// mods shows as an error many times the slack.
+// sum_j ((2 + 2 A_i + |lse_i|) P_ij + lost) z_ij |v_jc| for out_ic, with A_i the largest |s_ij|
+// row i can have, z the dropout factor, and lost the part of a P_ij that may flush to 0 below the
+// smallest normal (2^-125 over the factor in front). An entry that cancels large terms gets their
+// size, not its own, and an entry whose terms are small gets a small slack, so a bug in the masks,
+// the indexing or the mods shows as an error many times the slack.
 
 #include <vector>
 

@@ -361,6 +361,13 @@ def open_findings():
              specials=[("q", 0, "32"), ("k", 0, "32"), ("k", 1, "0"), ("v", 0, "-inf")]),
         Case("inf-v-p-subnormal-tiled", Tq=17, Tk=2, D=1, Dv=1, scale=("real", -95 / 1024),
              specials=[("q", 0, "32"), ("k", 0, "32"), ("k", 1, "0"), ("v", 0, "-inf")]),
+        # Scores near 10^8 (scale 2^20, data of scale 4), where f32 spaces them 8 apart: on the
+        # decode path (Tq <= 16) the forward's q . k and the backward's recomputed q . k round
+        # differently, so P = exp(s - lse) in the backward reaches e^(several units) >> 1: dv is
+        # 15036.4 where both references give 6.82 (the reference recomputes s exactly as its
+        # forward did, and its error is 5e-7).
+        Case("large-scores-decode-backward", Tq=4, Tk=4, D=8, Dv=8, scale=("real", 2.0**20),
+             seed=int.from_bytes(b"t define", "little"), data_scale=4.0),
     ]
 
 
