@@ -17,11 +17,13 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// At most 2^18 (query, key) pairs B Hq Tq Tk and 2^26 multiply-adds B Hq Tq Tk (D + Dv) per
-// product: the 128-row q-blocks of the forward need Tq > 128 and K and V above 1 MiB per head
-// (Tk (D + Dv) > 2^18 in f32), so Tq = 129, Tk = 1025, D + Dv = 256 (2^17.0 pairs, 2^25.0
-// multiply-adds) must fit. A case that size takes about a second; most take a millisecond.
-constexpr std::int64_t kMaxPairs = std::int64_t{1} << 18;
+// At most 2^17 (query, key) pairs B Hq Tq Tk and 2^26 multiply-adds B Hq Tq Tk (D + Dv) per
+// product. A case costs about 6 us per pair at D = 8 in this build (three references, the fused
+// kernel twice, the slack), so the largest take a second or more; the median case of a fuzzing
+// corpus took 2 ms. The 128-row q-blocks of the forward need Tq > 128 and K and V above 1 MiB
+// per head (f32: Tk (D + Dv) > 2^18), which fits: Tq = 129, Tk = 513, D = Dv = 256 (2^16.0
+// pairs, 2^25.0 multiply-adds, 5.8 s of CPU; f64 needs half the keys).
+constexpr std::int64_t kMaxPairs = std::int64_t{1} << 17;
 constexpr std::int64_t kMaxWork = std::int64_t{1} << 26;
 
 // Sizes at the kernels' edges (src/kernels/cpu/tile_traits.hpp): 64-key blocks, 64- and 128-row
