@@ -179,7 +179,7 @@ case "${1:-}" in
     ;;
   test) run_tests ;;
   setup)
-    setup "${test_packages[@]}" "${fuzz_packages[@]}"
+    setup
     setup_python
     ;;
   python)
