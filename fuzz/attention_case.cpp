@@ -18,7 +18,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // At most 2^17 (query, key) pairs B Hq Tq Tk and 2^26 multiply-adds B Hq Tq Tk (D + Dv) per
-// product. A case costs about 6 us per pair at D = 8 in this build (three references, the fused
+// product. A case costs about 6 us per pair at D = 8 in this build (the references, the fused
 // kernel twice, the slack), so the largest take a second or more; the median case of a fuzzing
 // corpus took 2 ms. The 128-row q-blocks of the forward need Tq > 128 and K and V above 1 MiB
 // per head (f32: Tk (D + Dv) > 2^18), which fits: Tq = 129, Tk = 513, D = Dv = 256 (2^16.0

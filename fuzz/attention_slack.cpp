@@ -52,7 +52,7 @@ void multiply(std::vector<double>& values, double factor) {
 
 }  // namespace
 
-Slack compute_slack(const AttentionCase& c, const AttentionOutput& exact, DType compute) {
+Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DType compute) {
   const std::int64_t B = c.q.size(0), Tq = c.q.size(1), Hq = c.q.size(2), D = c.q.size(3);
   const std::int64_t Tk = c.k.size(1), Hk = c.k.size(2), Dv = c.v.size(3), G = Hq / Hk;
   const AttentionOptions& o = c.options;
@@ -64,7 +64,7 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& exact, DType 
       attention_weights(c.q.to(DType::f64), c.k.to(DType::f64), exact_options).to_vector();
   const std::vector<double> q = c.q.to_vector(), k = c.k.to_vector(), v = c.v.to_vector();
   const std::vector<double> dout = c.dout.to_vector();
-  const std::vector<double> out = exact.out.to_vector(), lse = exact.lse.to_vector();
+  const std::vector<double> out = forward.out.to_vector(), lse = forward.lse.to_vector();
   const std::vector<double> bias = o.bias.defined() ? o.bias.to_vector() : std::vector<double>();
   const BroadcastIndex bias_at(o.bias.defined() ? o.bias.shape() : Shape{});
   const double scale = o.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));

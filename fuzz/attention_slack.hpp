@@ -29,8 +29,9 @@ struct Slack {
   std::vector<double> out, lse, dq, dk, dv, dbias;
 };
 
-// c: a valid case; exact: the f64 reference's forward of it; compute: the dtype the kernels
-// computed in (f32, or f64 for f64 inputs).
-Slack compute_slack(const AttentionCase& c, const AttentionOutput& exact, DType compute);
+// c: a valid case; forward: the reference's forward of it (its out and lse give the backward's
+// D_i and the size of lse); compute: the dtype the kernels computed in (f32, or f64 for f64
+// inputs).
+Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DType compute);
 
 }  // namespace qkv::fuzz
