@@ -114,11 +114,12 @@ fuzz_run() {  # fuzz_run TARGET SCRATCH_CORPUS LIBFUZZER_OPTION...
   local status=0
   "./build/fuzz/fuzz/${target}_fuzz" "$@" "${dict[@]}" -print_final_stats=1 \
     -artifact_prefix="$findings/" "$scratch" "fuzz/corpus/$target" >"$log" 2>&1 || status=$?
-  local runs speed
+  local runs speed edges
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
   speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
-  echo "qkv.sh: ${target}_fuzz: ${runs:-?} inputs, ${speed:-?} per second, $(grep -o 'cov: [0-9]*' \
-    "$log" | tail -1) edges, $(find "$scratch" -type f | wc -l) new inputs in $scratch"
+  edges=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  echo "qkv.sh: ${target}_fuzz: ${runs:-?} inputs, ${speed:-?} per second, ${edges:-?} edges" \
+    "covered, $(find "$scratch" -type f | wc -l) new inputs in $scratch"
   if [ "$status" -ne 0 ]; then
     echo "qkv.sh: ${target}_fuzz FOUND SOMETHING (exit $status); from $log:"
     grep -E "^(attention|safetensors)_fuzz: |^SUMMARY: |^==[0-9]+==ERROR|Test unit written to" \
