@@ -79,10 +79,8 @@ std::vector<std::int64_t> permutation(std::int64_t rank, std::int64_t n) {
   return order;
 }
 
-// Memory for a tensor of `shape` in `layout`, every element `fill`, and the view of it that has
-// the logical shape. layout % 24 picks the order of the dimensions in memory (0: row-major);
-// layout / 24 % 4 adds gaps: 1 pads every dimension with one element before and two after, 2
-// takes every other element of the innermost one, 3 both.
+// Memory for a tensor of `shape` in `layout` (make_view), every element `fill`, and the view of it
+// that has the logical shape. Padding is one element before and two after in every dimension.
 Tensor laid_out(const Shape& shape, DType dtype, std::uint8_t layout, double fill) {
   const auto rank = static_cast<std::int64_t>(shape.size());
   const std::vector<std::int64_t> order = permutation(rank, layout % 24);

@@ -37,12 +37,14 @@ struct AttentionCase {
 // case stay fast; nullopt for an input whose shapes exceed it.
 std::optional<AttentionCase> draw_case(ByteReader& in);
 
-// A view of a copy of `logical` (any shape, contiguous, any dtype) converted to dtype, laid out
-// as `layout` says: its 4 low... see attention_case.cpp. The memory around the view is NaN (true
-// for a boolean tensor), so that a read outside the view shows in the results.
+// A view with the shape of `logical` (any shape and dtype) holding its values converted to
+// dtype, laid out in memory as `layout` says: layout % 24 orders the dimensions in memory (0 is
+// row-major), layout / 24 % 4 adds gaps (1: padding around every dimension, 2: every other
+// element of the innermost one, 3: both). The memory around the view is NaN (true for a boolean
+// tensor), so that a read outside the view shows in the results.
 Tensor make_view(const Tensor& logical, DType dtype, std::uint8_t layout);
 
-// An uninitialized output of the shape and dtype in the same kinds of layout, its memory NaN.
+// An output of `shape` and dtype in the same kinds of layout, its memory all NaN.
 Tensor make_output(const Shape& shape, DType dtype, std::uint8_t layout);
 
 }  // namespace qkv::fuzz

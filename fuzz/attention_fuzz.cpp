@@ -48,6 +48,9 @@ struct Results {
   std::optional<std::string> error;
 };
 
+// q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv], dout [B, Tq, Hq, Dv] (or what the case
+// made invalid): the forward, then the backward on its out and lse, on `threads` threads, into
+// the case's output layouts when it has them.
 Results run(const AttentionCase& c, const Tensor& q, const Tensor& k, const Tensor& v,
             const Tensor& dout, const AttentionOptions& options, int threads) {
   set_num_threads(threads);
