@@ -115,9 +115,17 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   T* Z = scratch.z.get();
   T* grad = scratch.grad.get();
 
-  // forward: s = score_mod((scale q) . k), masked; P = exp(s - lse)
-  gemm<true>(rows, kBk, d.D, q, d.D, packed.kt + head * d.D * packed.tk_pad + j0 * d.D, kBk, P, kBk,
-             false);
+  // forward: s = score_mod((scale q) . k), masked; P = exp(s - lse). Decode shapes take their
+  // scores from score_dot, as the split-keys forward did.
+  if (d.Tq <= TileTraits::kDecodeMaxQueries) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c)
+        P[r * kBk + c] = score_dot(q + r * d.D, k + c * d.D, d.D);
+    }
+  } else {
+    gemm<true>(rows, kBk, d.D, q, d.D, packed.kt + head * d.D * packed.tk_pad + j0 * d.D, kBk, P,
+               kBk, false);
+  }
   score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
   for (std::int64_t r = 0; r < rows; ++r) {
     T* row = P + r * kBk;

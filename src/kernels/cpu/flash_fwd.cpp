@@ -240,28 +240,13 @@ template <class T>
 void decode_scores(const Problem<T>& p, const T* q_scaled, std::int64_t b, HeadRange heads,
                    std::int64_t live, std::int64_t j0, std::int64_t cols, T* S) {
   const Dims& d = p.dims;
-  const hn::ScalableTag<T> dt;
-  const auto L = static_cast<std::int64_t>(hn::Lanes(dt));
   for (std::int64_t c = 0; c < cols; ++c) {
     const T* k_row = p.k + (b * d.Tk + j0 + c) * d.Hk * d.D;
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
       const T* k = k_row + h / d.group() * d.D;
       for (std::int64_t i = 0; i < live; ++i) {
         const T* q = q_scaled + ((b * d.Tq + i) * d.Hq + h) * d.D;
-        // Four accumulators: the FMA chain of one dot product is D / (4 L) long.
-        auto acc0 = hn::Zero(dt), acc1 = hn::Zero(dt), acc2 = hn::Zero(dt), acc3 = hn::Zero(dt);
-        std::int64_t x = 0;
-        for (; x + 4 * L <= d.D; x += 4 * L) {
-          acc0 = hn::MulAdd(hn::LoadU(dt, q + x), hn::LoadU(dt, k + x), acc0);
-          acc1 = hn::MulAdd(hn::LoadU(dt, q + x + L), hn::LoadU(dt, k + x + L), acc1);
-          acc2 = hn::MulAdd(hn::LoadU(dt, q + x + 2 * L), hn::LoadU(dt, k + x + 2 * L), acc2);
-          acc3 = hn::MulAdd(hn::LoadU(dt, q + x + 3 * L), hn::LoadU(dt, k + x + 3 * L), acc3);
-        }
-        for (; x + L <= d.D; x += L)
-          acc0 = hn::MulAdd(hn::LoadU(dt, q + x), hn::LoadU(dt, k + x), acc0);
-        T sum = hn::GetLane(hn::SumOfLanes(dt, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
-        for (; x < d.D; ++x) sum += q[x] * k[x];
-        S[(h * d.Tq + i) * kBk + c] = sum;
+        S[(h * d.Tq + i) * kBk + c] = score_dot(q, k, d.D);
       }
     }
   }

@@ -79,6 +79,30 @@ void score_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_
   }
 }
 
+// q . k over dim elements, for decode shapes (Tq <= TileTraits::kDecodeMaxQueries): four vector
+// accumulators (the FMA chain of one product is dim / (4 L) long), their sum, then the scalar
+// tail. The split-keys forward and the backward's tiles of such problems both take their scores
+// from here, so that the backward recomputes bitwise the scores the forward's lse came from: with
+// different summation orders, scores of 1e8 in f32 (an ulp of 8) gave the backward P = exp(s -
+// lse) far above 1.
+template <class T>
+T score_dot(const T* HWY_RESTRICT q, const T* HWY_RESTRICT k, std::int64_t dim) {
+  const hn::ScalableTag<T> d;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d), acc2 = hn::Zero(d), acc3 = hn::Zero(d);
+  std::int64_t x = 0;
+  for (; x + 4 * L <= dim; x += 4 * L) {
+    acc0 = hn::MulAdd(hn::LoadU(d, q + x), hn::LoadU(d, k + x), acc0);
+    acc1 = hn::MulAdd(hn::LoadU(d, q + x + L), hn::LoadU(d, k + x + L), acc1);
+    acc2 = hn::MulAdd(hn::LoadU(d, q + x + 2 * L), hn::LoadU(d, k + x + 2 * L), acc2);
+    acc3 = hn::MulAdd(hn::LoadU(d, q + x + 3 * L), hn::LoadU(d, k + x + 3 * L), acc3);
+  }
+  for (; x + L <= dim; x += L) acc0 = hn::MulAdd(hn::LoadU(d, q + x), hn::LoadU(d, k + x), acc0);
+  T sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
+  for (; x < dim; ++x) sum += q[x] * k[x];
+  return sum;
+}
+
 // dst [rows, dim] = scale * src (rows ld apart). The kernels compute the scores as (scale Q) K^T:
 // then a row's max score is one of the scores exactly, and exp(s - max) is exp(0) = 1 for it.
 // Applying the scale after the product inside the exponent's argument instead (exp(scale * s -

@@ -23,6 +23,7 @@ struct FusedCase {
   double softcap = 0.0;
   double dropout = 0.0;
   bool strided = false;  // q, k, v passed as [B, H, T, D] tensors permuted to [B, T, H, D]
+  double q_scale = 1.0;  // q times this: scores of ~q_scale (large ones are peaked, f32-rounded)
   std::uint64_t seed = 1;
 
   std::string name() const {
@@ -46,6 +47,7 @@ struct FusedCase {
     if (softcap > 0) s += "_softcap";
     if (dropout > 0) s += "_dropout";
     if (strided) s += "_strided";
+    if (q_scale != 1.0) s += "_qx" + std::to_string(static_cast<long long>(q_scale));
     return s;
   }
 };
@@ -61,13 +63,17 @@ struct FusedInputs {
 inline FusedInputs make_inputs(const FusedCase& c, DType dtype) {
   Generator g(c.seed);
   FusedInputs in;
-  auto make = [&](std::int64_t t, std::int64_t h, std::int64_t dim) {
-    if (!c.strided) return Tensor::randn({c.B, t, h, dim}, g, DType::f64).to(dtype);
-    return Tensor::randn({c.B, h, t, dim}, g, DType::f64).to(dtype).permute({0, 2, 1, 3});
+  auto make = [&](std::int64_t t, std::int64_t h, std::int64_t dim, double factor) {
+    Tensor x = c.strided ? Tensor::randn({c.B, h, t, dim}, g, DType::f64)
+                         : Tensor::randn({c.B, t, h, dim}, g, DType::f64);
+    double* values = x.data_as<double>();
+    for (std::int64_t n = 0; n < x.numel(); ++n) values[n] *= factor;
+    x = x.to(dtype);
+    return c.strided ? x.permute({0, 2, 1, 3}) : x;
   };
-  in.q = make(c.Tq, c.Hq, c.D);
-  in.k = make(c.Tk, c.Hk, c.D);
-  in.v = make(c.Tk, c.Hk, c.Dv);
+  in.q = make(c.Tq, c.Hq, c.D, c.q_scale);
+  in.k = make(c.Tk, c.Hk, c.D, 1.0);
+  in.v = make(c.Tk, c.Hk, c.Dv, 1.0);
   in.dout = Tensor::randn({c.B, c.Tq, c.Hq, c.Dv}, g, DType::f64).to(dtype);
   AttentionOptions& o = in.options;
   o.causal = c.causal;
