@@ -289,6 +289,11 @@ def attention_cases():
         # Other dtypes.
         Case("f64-tiled", dtype="f64", Tq=40, Tk=80, causal="top_left", D=16, Dv=16),
         Case("f64-decode", dtype="f64", Tq=2, Tk=1089, D=8, Dv=8),
+        # Found by the fuzzer, fixed in 326e634: scores near 10^8 (scale 2^20, data of scale 4),
+        # 8 apart in f32, where the decode backward's recomputed scores rounded otherwise than
+        # the forward's and P = exp(s - lse) reached e^8: dv 15036.4 against 6.82.
+        Case("large-scores-decode-backward", Tq=4, Tk=4, D=8, Dv=8, scale=("real", 2.0**20),
+             seed=int.from_bytes(b"t define", "little"), data_scale=4.0),
         Case("bf16", dtype="bf16", Tq=20, Tk=20, bias=(0b1111, 4, "bf16")),
         Case("f16", dtype="f16", Tq=20, Tk=20, D=16, Dv=16),
         # Layouts: [B, H, T, D] views, gaps, and outputs the caller allocated in other layouts.
@@ -361,13 +366,12 @@ def open_findings():
              specials=[("q", 0, "32"), ("k", 0, "32"), ("k", 1, "0"), ("v", 0, "-inf")]),
         Case("inf-v-p-subnormal-tiled", Tq=17, Tk=2, D=1, Dv=1, scale=("real", -95 / 1024),
              specials=[("q", 0, "32"), ("k", 0, "32"), ("k", 1, "0"), ("v", 0, "-inf")]),
-        # Scores near 10^8 (scale 2^20, data of scale 4), where f32 spaces them 8 apart: on the
-        # decode path (Tq <= 16) the forward's q . k and the backward's recomputed q . k round
-        # differently, so P = exp(s - lse) in the backward reaches e^(several units) >> 1: dv is
-        # 15036.4 where both references give 6.82 (the reference recomputes s exactly as its
-        # forward did, and its error is 5e-7).
-        Case("large-scores-decode-backward", Tq=4, Tk=4, D=8, Dv=8, scale=("real", 2.0**20),
-             seed=int.from_bytes(b"t define", "little"), data_scale=4.0),
+        # The same in the backward, with dout_0 = -inf and P_0 = exp(-95): the reference's dk
+        # and dv are infinite where the fused kernel's are NaN (0 * -inf).
+        Case("inf-dout-p-subnormal-decode", Tq=1, Tk=2, D=1, Dv=1, scale=("real", -95 / 1024),
+             specials=[("q", 0, "32"), ("k", 0, "32"), ("k", 1, "0"), ("dout", 0, "-inf")]),
+        Case("inf-dout-p-subnormal-tiled", Tq=17, Tk=2, D=1, Dv=1, scale=("real", -95 / 1024),
+             specials=[("q", 0, "32"), ("k", 0, "32"), ("k", 1, "0"), ("dout", 0, "-inf")]),
     ]
 
 
