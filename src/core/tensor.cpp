@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <optional>
 #include <string>
@@ -39,12 +40,16 @@ std::int64_t checked_numel(const Shape& shape, const char* argument) {
   return n;
 }
 
+// Row-major strides. The product of the sizes other than 0 may pass 2^63 only for a shape with no
+// elements (checked_numel bounds the others), whose strides address nothing: they saturate.
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   std::int64_t running = 1;
   for (std::size_t d = shape.size(); d-- > 0;) {
     strides[d] = running;
-    running *= std::max<std::int64_t>(shape[d], 1);
+    if (__builtin_mul_overflow(running, std::max<std::int64_t>(shape[d], 1), &running)) {
+      running = std::numeric_limits<std::int64_t>::max();
+    }
   }
   return strides;
 }
