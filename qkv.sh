@@ -5,6 +5,8 @@
 #   ./qkv.sh test    install what is missing, build, run the whole test suite
 #   ./qkv.sh setup   only install what is missing: Debian packages, the tests' Python venv
 #   ./qkv.sh python  build the Python package into build/venv and run its tests (tests/python)
+#   ./qkv.sh fuzz [SECONDS]  build the fuzz targets and run each for SECONDS (default 60) from its
+#                    corpus; exits non-zero on a finding (README.md, "Fuzzing")
 # Every step skips what is already done: packages present, build trees configured.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -17,10 +19,12 @@ packages=(
   python3 python3-venv python3-dev
   libblis-dev
 )
-
 # Only for the test command: clang and LLVM's OpenMP runtime with its Archer tool (libomp-dev,
 # which brings libarcher.so) for the ThreadSanitizer build (CMakePresets.json, "tsan").
 test_packages=(clang libomp-dev)
+# Only for the test and fuzz commands: clang with libFuzzer and the sanitizers' runtimes
+# (libclang-rt-14-dev) for the fuzz preset, which links LLVM's OpenMP runtime (libomp-dev) too.
+fuzz_packages=(clang libclang-rt-14-dev libomp-dev)
 
 setup() {  # setup [EXTRA PACKAGE...]
   local missing=()
@@ -95,8 +99,62 @@ demo() {
   ./build/release/tools/qkv demo "$@"
 }
 
+# The fuzz targets (fuzz/, the fuzz preset), each run from its committed corpus
+# (fuzz/corpus/<target>), which libFuzzer only reads: the inputs it adds go to the first
+# directory given, build/fuzz/corpus/<target>. Findings go to build/fuzz/findings/<target>/, the
+# whole log to build/fuzz/<target>.log. Returns non-zero when a target found something.
+fuzz_targets=(attention safetensors)
+fuzz_run() {  # fuzz_run TARGET SCRATCH_CORPUS LIBFUZZER_OPTION...
+  local target=$1 scratch=$2
+  shift 2
+  local findings=build/fuzz/findings/$target log=build/fuzz/$target.log
+  mkdir -p "$scratch" "$findings"
+  local dict=()
+  if [ -f "fuzz/$target.dict" ]; then dict=(-dict="fuzz/$target.dict"); fi
+  local status=0
+  "./build/fuzz/fuzz/${target}_fuzz" "$@" "${dict[@]}" -print_final_stats=1 \
+    -artifact_prefix="$findings/" "$scratch" "fuzz/corpus/$target" >"$log" 2>&1 || status=$?
+  local runs speed edges
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+  speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
+  edges=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  echo "qkv.sh: ${target}_fuzz: ${runs:-?} inputs, ${speed:-?} per second, ${edges:-?} edges" \
+    "covered, $(find "$scratch" -type f | wc -l) new inputs in $scratch"
+  if [ "$status" -ne 0 ]; then
+    echo "qkv.sh: ${target}_fuzz FOUND SOMETHING (exit $status); from $log:"
+    grep -E "^(attention|safetensors)_fuzz: |^SUMMARY: |^==[0-9]+==ERROR|Test unit written to" \
+      "$log" | head -20
+    echo "qkv.sh: replay with: ./build/fuzz/fuzz/${target}_fuzz FILE (QKV_FUZZ_VERBOSE=1 prints the case)"
+  fi
+  return "$status"
+}
+
+fuzz() {  # fuzz [SECONDS]
+  local seconds=${1:-60}
+  setup "${fuzz_packages[@]}"
+  build fuzz
+  local status=0 target
+  for target in "${fuzz_targets[@]}"; do
+    fuzz_run "$target" "build/fuzz/corpus/$target" -max_total_time="$seconds" -timeout=60 ||
+      status=1
+  done
+  return "$status"
+}
+
+# The smoke run of the test command: each target replays its corpus, then mutates it for a fixed
+# number of inputs from a fixed seed (the same inputs on every run of one build), into a scratch
+# corpus emptied first. See README.md, "Fuzzing", for what it costs.
+fuzz_smoke() {
+  build fuzz
+  rm -rf build/fuzz/smoke
+  local status=0
+  fuzz_run attention build/fuzz/smoke/attention -seed=1 -runs=1000 -timeout=60 || status=1
+  fuzz_run safetensors build/fuzz/smoke/safetensors -seed=1 -runs=30000 -timeout=60 || status=1
+  return "$status"
+}
+
 run_tests() {
-  setup "${test_packages[@]}"
+  setup "${test_packages[@]}" "${fuzz_packages[@]}"
   # pip's downloads (torch and its CUDA libraries, ~3 GB) run while the compiler works.
   setup_python &
   local venv_job=$!
@@ -112,6 +170,7 @@ run_tests() {
   # each other or among the OpenMP threads of one call. The build has only that test.
   build tsan
   ctest --preset tsan
+  fuzz_smoke
 }
 
 case "${1:-}" in
@@ -130,8 +189,12 @@ case "${1:-}" in
     build release
     python_tests
     ;;
+  fuzz)
+    shift
+    fuzz "$@"
+    ;;
   *)
-    echo "usage: ./qkv.sh demo | test | setup | python" >&2
+    echo "usage: ./qkv.sh demo | test | setup | python | fuzz [SECONDS]" >&2
     exit 2
     ;;
 esac

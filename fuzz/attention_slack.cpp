@@ -1,0 +1,167 @@
+#include "attention_slack.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "qkv/philox.hpp"
+
+namespace qkv::fuzz {
+namespace {
+
+double finite_abs(double x) { return std::isfinite(x) ? std::abs(x) : 0.0; }
+
+std::int64_t count(const Shape& shape) {
+  std::int64_t n = 1;
+  for (const std::int64_t size : shape) n *= size;
+  return n;
+}
+
+// Element (b, h, i, j) of [B, Hq, Tq, Tk] in a row-major tensor of `shape` broadcast to it
+// (dimensions aligned from the right, those of size 1 repeated).
+class BroadcastIndex {
+ public:
+  explicit BroadcastIndex(const Shape& shape) {
+    const auto lead = 4 - static_cast<std::int64_t>(shape.size());
+    std::int64_t step = 1;
+    for (auto d = static_cast<std::int64_t>(shape.size()) - 1; d >= 0; --d) {
+      stride_[lead + d] = shape[d] == 1 ? 0 : step;
+      step *= shape[d];
+    }
+  }
+  std::int64_t operator()(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return b * stride_[0] + h * stride_[1] + i * stride_[2] + j * stride_[3];
+  }
+
+ private:
+  std::int64_t stride_[4] = {0, 0, 0, 0};
+};
+
+double epsilon(DType compute) { return compute == DType::f64 ? 0x1p-52 : 0x1p-23; }
+
+double smallest_normal(DType compute) { return compute == DType::f64 ? 0x1p-1022 : 0x1p-126; }
+
+// The factor that turns the magnitudes of n-term sums into slack.
+double slack_factor(std::int64_t n, DType compute) {
+  return 4 * std::sqrt(static_cast<double>(std::max<std::int64_t>(n, 1))) * epsilon(compute);
+}
+
+void multiply(std::vector<double>& values, double factor) {
+  for (double& x : values) x *= factor;
+}
+
+}  // namespace
+
+Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DType compute) {
+  const std::int64_t B = c.q.size(0), Tq = c.q.size(1), Hq = c.q.size(2), D = c.q.size(3);
+  const std::int64_t Tk = c.k.size(1), Hk = c.k.size(2), Dv = c.v.size(3), G = Hq / Hk;
+  const AttentionOptions& o = c.options;
+  AttentionOptions exact_options = o;
+  exact_options.backend = Backend::reference;
+  if (o.bias.defined()) exact_options.bias = o.bias.to(DType::f64);
+  // P [B, Hq, Tq, Tk] before dropout, 0 where a key is dropped.
+  const std::vector<double> P =
+      attention_weights(c.q.to(DType::f64), c.k.to(DType::f64), exact_options).to_vector();
+  const std::vector<double> q = c.q.to_vector(), k = c.k.to_vector(), v = c.v.to_vector();
+  const std::vector<double> dout = c.dout.to_vector();
+  const std::vector<double> out = forward.out.to_vector(), lse = forward.lse.to_vector();
+  const std::vector<double> bias = o.bias.defined() ? o.bias.to_vector() : std::vector<double>();
+  const BroadcastIndex bias_at(o.bias.defined() ? o.bias.shape() : Shape{});
+  const double scale = o.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  double slope = 0;
+  for (const double s : o.alibi_slopes) slope = std::max(slope, std::abs(s));
+
+  Slack m;
+  m.out.assign(B * Tq * Hq * Dv, 0.0);
+  m.lse.assign(B * Hq * Tq, 0.0);
+  m.dq.assign(B * Tq * Hq * D, 0.0);
+  m.dk.assign(B * Tk * Hk * D, 0.0);
+  m.dv.assign(B * Tk * Hk * Dv, 0.0);
+  m.dbias.assign(o.bias.defined() ? count(o.bias.shape()) : 0, 0.0);
+  // The number of terms a result sums, counted over the whole chain: the backward's dS reads
+  // out, which carries the forward's rounding over Tk keys, and dQ, dK, dV sum over Tk keys or
+  // G Tq rows of products over D or Dv; dbias sums the entries its broadcast folds.
+  const std::int64_t terms = Tk + G * Tq + D + Dv;
+  const std::int64_t bias_terms =
+      o.bias.defined() ? B * Hq * Tq * Tk / std::max<std::int64_t>(count(o.bias.shape()), 1) : 0;
+  const double factor = slack_factor(terms, compute);
+  // A P_ij below the smallest normal may come out as 0 or as a subnormal, whatever its exact
+  // value (the fused kernel's exp returns 0 there): each kept pair may lose that much of P.
+  const double lost_p = 2 * smallest_normal(compute) / factor;
+  std::vector<double> raw(Tk);
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t h = 0; h < Hq; ++h) {
+      const std::int64_t hk = h / G;
+      for (std::int64_t i = 0; i < Tq; ++i) {
+        const std::int64_t row = (b * Tq + i) * Hq + h;  // of q, dout, out
+        const double* qi = q.data() + row * D;
+        const double* doi = dout.data() + row * Dv;
+        const double* oi = out.data() + row * Dv;
+        // A_i: the largest |s_ij| over the row's keys, kept or not.
+        double A = 0, bias_max = 0;
+        for (std::int64_t j = 0; j < Tk; ++j) {
+          const double* kj = k.data() + ((b * Tk + j) * Hk + hk) * D;
+          double dot = 0, dot_abs = 0;
+          for (std::int64_t x = 0; x < D; ++x) {
+            dot += qi[x] * kj[x];
+            dot_abs += finite_abs(qi[x]) * finite_abs(kj[x]);
+          }
+          raw[j] = scale * dot;
+          A = std::max(A, std::abs(scale) * dot_abs);
+          if (!bias.empty()) bias_max = std::max(bias_max, finite_abs(bias[bias_at(b, h, i, j)]));
+        }
+        if (o.softcap > 0) A = std::min(A, 2 * o.softcap);
+        A += bias_max + slope * static_cast<double>(Tq + Tk);
+        const double row_lse = finite_abs(lse[(b * Hq + h) * Tq + i]);
+        m.lse[(b * Hq + h) * Tq + i] = 1 + A + row_lse;
+        // P_ij = exp(s_ij - lse_i): the rounding of s_ij (eps A) and of the difference (eps
+        // (|s_ij| + |lse_i|)) move it by that much relatively, the exp by an ulp or two.
+        const double rounding_of_p = 2 + 2 * A + row_lse;
+
+        double delta = 0;  // |dout_i| . |out_i|
+        for (std::int64_t x = 0; x < Dv; ++x) delta += finite_abs(doi[x]) * finite_abs(oi[x]);
+        for (std::int64_t j = 0; j < Tk; ++j) {
+          const double p = P[((b * Hq + h) * Tq + i) * Tk + j];
+          if (!(p > 0)) continue;  // dropped, or NaN (then every result it reaches is NaN)
+          const double z = o.dropout_p == 0 ? 1.0
+                           : dropout_keep(o.seed, o.offset, static_cast<std::uint32_t>(b * Hq + h),
+                                          static_cast<std::uint32_t>(i),
+                                          static_cast<std::uint32_t>(j), o.dropout_p)
+                               ? 1 / (1 - o.dropout_p)
+                               : 0.0;
+          const double pr = rounding_of_p * p + lost_p;
+          const std::int64_t kv = (b * Tk + j) * Hk + hk;
+          const double* kj = k.data() + kv * D;
+          const double* vj = v.data() + kv * Dv;
+          double dp = 0;  // |dout_i| . |v_j|
+          for (std::int64_t x = 0; x < Dv; ++x) {
+            m.out[row * Dv + x] += pr * z * finite_abs(vj[x]);
+            m.dv[kv * Dv + x] += pr * z * finite_abs(doi[x]);
+            dp += finite_abs(doi[x]) * finite_abs(vj[x]);
+          }
+          const double ds = pr * (z * dp + delta);
+          if (!m.dbias.empty()) m.dbias[bias_at(b, h, i, j)] += ds;
+          // d(softcap)/ds = 1 - tanh^2, at least 1/64: computed by subtraction it carries an
+          // absolute error of ~eps, which its own size would not cover where it is tiny.
+          double slope_of_cap = 1;
+          if (o.softcap > 0 && std::isfinite(raw[j])) {
+            const double t = std::tanh(raw[j] / o.softcap);
+            slope_of_cap = std::max(1 - t * t, 1.0 / 64);
+          }
+          const double g = std::abs(scale) * ds * slope_of_cap;
+          for (std::int64_t x = 0; x < D; ++x) {
+            m.dq[row * D + x] += g * finite_abs(kj[x]);
+            m.dk[kv * D + x] += g * finite_abs(qi[x]);
+          }
+        }
+      }
+    }
+  }
+  for (std::vector<double>* magnitudes : {&m.out, &m.lse, &m.dq, &m.dk, &m.dv}) {
+    multiply(*magnitudes, factor);
+  }
+  multiply(m.dbias, slack_factor(terms + bias_terms, compute));
+  return m;
+}
+
+}  // namespace qkv::fuzz
