@@ -13,17 +13,20 @@
 namespace qkv::fuzz {
 
 // The versions of one output tensor, all of the same shape (exact undefined until it is
-// computed), and the slack of each entry (attention_slack.hpp: the rounding a correct
-// computation may add, in row-major order).
+// computed), the slack of each entry (attention_slack.hpp: the rounding a correct computation
+// may add, in row-major order) and where NaN and +-inf may trade places (Slack's *_edge).
 struct Versions {
   const char* name;
   Tensor fused, lo, exact;
   const std::vector<double>* slack;
+  const std::vector<char>* edge;
 };
 
 // NaN where the reference has NaN, non-finite where it is non-finite, entry by entry (the
-// preamble's rule for non-finite inputs). Entries where either holds a finite value past half
-// the dtype's largest are left out: rounding decides whether such a value overflows.
+// preamble's rule for non-finite inputs), except that where an infinity meets a probability at
+// the edge of underflow (v.edge) NaN and +-inf may trade places. Entries where either holds a
+// finite value past half the dtype's largest are left out: rounding decides whether such a value
+// overflows.
 std::string check_pattern(const Versions& v);
 
 // Whether the fused result is within its slack of the reference's (slack_n as below, with lo_n

@@ -110,13 +110,14 @@ Results run_exact(const AttentionCase& c) {
 // not all within their slack of the reference's (for f64 inputs the reference is exact).
 void check(const AttentionCase& c, const Results& fused, const Results& lo) {
   const Slack slack = compute_slack(c, lo.forward, c.dtype == DType::f64 ? DType::f64 : DType::f32);
+  const std::vector<char> no_edge(static_cast<std::size_t>(lo.forward.lse.numel()), 0);
   Versions versions[] = {
-      {"out", fused.forward.out, lo.forward.out, {}, &slack.out},
-      {"lse", fused.forward.lse, lo.forward.lse, {}, &slack.lse},
-      {"dq", fused.grads.dq, lo.grads.dq, {}, &slack.dq},
-      {"dk", fused.grads.dk, lo.grads.dk, {}, &slack.dk},
-      {"dv", fused.grads.dv, lo.grads.dv, {}, &slack.dv},
-      {"dbias", fused.grads.dbias, lo.grads.dbias, {}, &slack.dbias},
+      {"out", fused.forward.out, lo.forward.out, {}, &slack.out, &slack.out_edge},
+      {"lse", fused.forward.lse, lo.forward.lse, {}, &slack.lse, &no_edge},
+      {"dq", fused.grads.dq, lo.grads.dq, {}, &slack.dq, &slack.dq_edge},
+      {"dk", fused.grads.dk, lo.grads.dk, {}, &slack.dk, &slack.dk_edge},
+      {"dv", fused.grads.dv, lo.grads.dv, {}, &slack.dv, &slack.dv_edge},
+      {"dbias", fused.grads.dbias, lo.grads.dbias, {}, &slack.dbias, &slack.dbias_edge},
   };
   bool close = true;
   for (const Versions& v : versions) {

@@ -78,6 +78,15 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
   m.dk.assign(B * Tk * Hk * D, 0.0);
   m.dv.assign(B * Tk * Hk * Dv, 0.0);
   m.dbias.assign(o.bias.defined() ? count(o.bias.shape()) : 0, 0.0);
+  m.out_edge.assign(m.out.size(), 0);
+  m.dq_edge.assign(m.dq.size(), 0);
+  m.dk_edge.assign(m.dk.size(), 0);
+  m.dv_edge.assign(m.dv.size(), 0);
+  m.dbias_edge.assign(m.dbias.size(), 0);
+  const auto all_finite = [](const double* x, std::int64_t n) {
+    return std::all_of(x, x + n, [](double y) { return std::isfinite(y); });
+  };
+  const double edge = smallest_normal(compute);
   // The number of terms a result sums, counted over the whole chain: the backward's dS reads
   // out, which carries the forward's rounding over Tk keys, and dQ, dK, dV sum over Tk keys or
   // G Tq rows of products over D or Dv; dbias sums the entries its broadcast folds.
@@ -120,8 +129,17 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
 
         double delta = 0;  // |dout_i| . |out_i|
         for (std::int64_t x = 0; x < Dv; ++x) delta += finite_abs(doi[x]) * finite_abs(oi[x]);
+        const double* Pi = P.data() + ((b * Hq + h) * Tq + i) * Tk;
+        const bool dout_finite = all_finite(doi, Dv);
+        // Whether out_i may hold NaN in one backend and inf in the other: then so may the
+        // backward's D_i = dout_i . out_i, and every gradient that reads it.
+        bool out_edge = false;
         for (std::int64_t j = 0; j < Tk; ++j) {
-          const double p = P[((b * Hq + h) * Tq + i) * Tk + j];
+          out_edge = out_edge || (Pi[j] > 0 && Pi[j] < edge &&
+                                  !all_finite(v.data() + ((b * Tk + j) * Hk + hk) * Dv, Dv));
+        }
+        for (std::int64_t j = 0; j < Tk; ++j) {
+          const double p = Pi[j];
           if (!(p > 0)) continue;  // dropped, or NaN (then every result it reaches is NaN)
           const double z = o.dropout_p == 0 ? 1.0
                            : dropout_keep(o.seed, o.offset, static_cast<std::uint32_t>(b * Hq + h),
@@ -134,10 +152,22 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
           const double* kj = k.data() + kv * D;
           const double* vj = v.data() + kv * Dv;
           double dp = 0;  // |dout_i| . |v_j|
+          const bool tiny = p < edge;
           for (std::int64_t x = 0; x < Dv; ++x) {
             m.out[row * Dv + x] += pr * z * finite_abs(vj[x]);
             m.dv[kv * Dv + x] += pr * z * finite_abs(doi[x]);
             dp += finite_abs(doi[x]) * finite_abs(vj[x]);
+            m.out_edge[row * Dv + x] |= static_cast<char>(tiny && !std::isfinite(vj[x]));
+            m.dv_edge[kv * Dv + x] |= static_cast<char>(tiny && !std::isfinite(doi[x]));
+          }
+          // dS_ij = P_ij (dP_ij - D_i): a tiny P_ij against an infinite dP_ij, or any P_ij
+          // against a D_i that may be NaN or inf.
+          if (out_edge || (tiny && !(dout_finite && all_finite(vj, Dv)))) {
+            for (std::int64_t x = 0; x < D; ++x) {
+              m.dq_edge[row * D + x] = 1;
+              m.dk_edge[kv * D + x] = 1;
+            }
+            if (!m.dbias.empty()) m.dbias_edge[bias_at(b, h, i, j)] = 1;
           }
           const double ds = pr * (z * dp + delta);
           if (!m.dbias.empty()) m.dbias[bias_at(b, h, i, j)] += ds;
