@@ -22,6 +22,21 @@ std::string num(double x) {
   return buffer;
 }
 
+// Whether x is finite in the dtype the kernels compute in for inputs of this dtype: f64 for f64,
+// f32 for f32, bf16 and f16. A finite double past f32's largest (1e39) would become inf there,
+// and the backends, which apply it at different points, would disagree on what that makes.
+bool finite_in_compute(double x, DType inputs) {
+  if (inputs == DType::f64) return std::isfinite(x);
+  return std::abs(x) <= static_cast<double>(std::numeric_limits<float>::max());
+}
+
+// "a finite number" plus, for inputs computed in f32, the bound that implies.
+std::string finite_for(DType inputs, const std::string& what) {
+  if (inputs == DType::f64) return what;
+  return what + " with magnitude <= 3.4028234663852886e+38 (f32's largest: " +
+         std::string(dtype_name(inputs)) + " inputs compute in f32)";
+}
+
 void expect_qkv(const Tensor& t, const char* argument) {
   if (!t.defined()) throw Error(argument, "a tensor", "an undefined tensor");
   if (t.dim() != 4) {
@@ -168,8 +183,9 @@ kernels::Dims validate_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
   if (d.Tq > kMax32) throw Error("q", "a length below 2^32", str(d.Tq));
   if (d.Tk > kMax32) throw Error("k", "a length below 2^32", str(d.Tk));
 
-  if (options.scale && !std::isfinite(*options.scale)) {
-    throw Error("options.scale", "a finite number", num(*options.scale));
+  const DType inputs = q.dtype();
+  if (options.scale && !finite_in_compute(*options.scale, inputs)) {
+    throw Error("options.scale", finite_for(inputs, "a finite number"), num(*options.scale));
   }
   if (options.window.left < -1) {
     throw Error("options.window.left", "-1 (unbounded) or a width >= 0", str(options.window.left));
@@ -201,11 +217,14 @@ kernels::Dims validate_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
                   str(static_cast<std::int64_t>(options.alibi_slopes.size())));
     }
     for (const double slope : options.alibi_slopes) {
-      if (!std::isfinite(slope)) throw Error("options.alibi_slopes", "finite slopes", num(slope));
+      if (!finite_in_compute(slope, inputs)) {
+        throw Error("options.alibi_slopes", finite_for(inputs, "finite slopes"), num(slope));
+      }
     }
   }
-  if (!(options.softcap >= 0.0) || !std::isfinite(options.softcap)) {
-    throw Error("options.softcap", "0 (off) or a finite cap > 0", num(options.softcap));
+  if (!(options.softcap >= 0.0) || !finite_in_compute(options.softcap, inputs)) {
+    throw Error("options.softcap", finite_for(inputs, "0 (off) or a finite cap > 0"),
+                num(options.softcap));
   }
   if (!(options.dropout_p >= 0.0 && options.dropout_p < 1.0)) {
     throw Error("options.dropout_p", "a probability in [0, 1)", num(options.dropout_p));

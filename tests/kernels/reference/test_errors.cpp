@@ -53,6 +53,17 @@ Call valid_call() {
   return c;
 }
 
+// The valid call with every tensor in f32 (the mask stays bool).
+void to_f32(Call& c) {
+  for (Tensor* t : {&c.q, &c.k, &c.v, &c.options.bias, &c.out, &c.lse, &c.dout, &c.fwd_out,
+                    &c.fwd_lse, &c.grads.dq, &c.grads.dk, &c.grads.dv, &c.grads.dbias}) {
+    *t = t->to(DType::f32);
+  }
+}
+
+// Finite as doubles, past f32's largest (3.4028234663852886e38).
+constexpr double kPastF32 = 1e39;
+
 enum Entry : unsigned {
   kForward = 1,
   kForwardInto = 2,
@@ -134,6 +145,19 @@ std::vector<ErrorCase> error_cases() {
   }
   add("scale_nan", kAll, "options.scale", [](Call& c) { c.options.scale = std::nan(""); });
   add("scale_inf", kAll, "options.scale", [](Call& c) { c.options.scale = -kInf; });
+  // Finite doubles that f32 inputs, computed in f32, would turn into inf.
+  add("scale_past_f32", kAll, "options.scale", [](Call& c) {
+    to_f32(c);
+    c.options.scale = -kPastF32;
+  });
+  add("softcap_past_f32", kAll, "options.softcap", [](Call& c) {
+    to_f32(c);
+    c.options.softcap = kPastF32;
+  });
+  add("alibi_slopes_past_f32", kAll, "options.alibi_slopes", [](Call& c) {
+    to_f32(c);
+    c.options.alibi_slopes = {0.5, 0.25, kPastF32, 0.1};
+  });
   add("key_lengths_size", kAll, "options.key_lengths",
       [](Call& c) { c.options.key_lengths = {Tk}; });
   add("key_lengths_above_tk", kAll, "options.key_lengths[1]", [](Call& c) {
@@ -347,6 +371,24 @@ TEST(BadInputBase, ValidCallSucceedsEverywhere) {
     for (const double x : t->to_vector()) EXPECT_NE(x, kSentinel);
   }
   EXPECT_EQ(c.out.to_vector(), c.fwd_out.to_vector());
+}
+
+// The bound on scale, softcap and slopes is f32's, for f32 inputs only: f32 takes its largest
+// finite value, f64 inputs take numbers past it (the cases above refuse them in f32).
+TEST(BadInputBase, NumbersPastF32AreValidForF64Inputs) {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    Call c = valid_call();
+    if (dtype == DType::f32) to_f32(c);
+    const double big =
+        dtype == DType::f32 ? static_cast<double>(std::numeric_limits<float>::max()) : kPastF32;
+    c.options.scale = big;
+    c.options.softcap = big;
+    c.options.alibi_slopes = {0.5, 0.25, big, 0.1};
+    SCOPED_TRACE(describe(c.options) + " " + c.q.describe());
+    EXPECT_NO_THROW(attention_forward(c.q, c.k, c.v, c.options));
+    EXPECT_NO_THROW(attention_weights(c.q, c.k, c.options));
+    EXPECT_NO_THROW(attention_backward(c.dout, c.q, c.k, c.v, c.fwd_out, c.fwd_lse, c.options));
+  }
 }
 
 }  // namespace
