@@ -178,6 +178,9 @@ def test_errors_are_value_errors_with_the_cpp_message() -> None:
         qkv.attention(q, k, v, window=(-2, 0))
     with pytest.raises(ValueError, match=r"^options.alibi_slopes: expected 2 slopes"):
         qkv.attention(q, k, v, alibi_slopes=[0.5])
+    with pytest.raises(ValueError, match=r"^options.scale: expected a finite number with magnitude"):
+        qkv.attention(q.float(), k.float(), v.float(), scale=1e39)  # computed in float32
+    assert torch.isfinite(qkv.attention(q.double(), k.double(), v.double(), scale=1e39)).all()
     with pytest.raises(ValueError, match=r"^key: expected 2 heads \(from query"):
         qkv.scaled_dot_product_attention(randn(1, 2, 4, 8), randn(1, 1, 4, 8), randn(1, 1, 4, 8))
     out, lse = qkv.attention(q, k, v, return_lse=True)
