@@ -112,13 +112,17 @@ struct Shapes {
 // 65504, so 2^14 there.
 double huge(DType dtype) { return dtype == DType::f16 ? 0x1p14 : 0x1p20; }
 
-// Any double for an option that validation checks (NaN and inf included), but finite ones at
-// most huge(f32) in magnitude: a scale or cap beyond f32's range becomes inf in the f32 kernels,
-// and whether (scale q) . k or scale (q . k) then overflows to inf or NaN is the order of the
-// arithmetic, not a bug (validation accepts such a scale: README, "Fuzzing", has what the fused
-// and the reference backends then do).
+// Any double for an option that validation checks: NaN and inf; finite ones past f32's largest
+// as +-1e39, which validation refuses for inputs computed in f32 and f64 inputs take (their
+// scores stay far below f64's range); the others at most huge(f32) in magnitude: past that the
+// f32 scores overflow, and whether (scale q) . k or scale (q . k) then gives inf or NaN is the
+// order of the arithmetic, not a bug (README, "Fuzzing", has what the backends did).
 double bounded(double x) {
-  return std::isfinite(x) ? std::clamp(x, -huge(DType::f32), huge(DType::f32)) : x;
+  if (!std::isfinite(x)) return x;
+  if (std::abs(x) > static_cast<double>(std::numeric_limits<float>::max())) {
+    return std::copysign(1e39, x);
+  }
+  return std::clamp(x, -huge(DType::f32), huge(DType::f32));
 }
 
 // A subnormal of the dtype.

@@ -338,12 +338,16 @@ def attention_cases():
         Case("invalid-alibi-nan", alibi=[0.5], alibi_invalid=253),
         Case("invalid-softcap", softcap=("real", float("nan"))),
         Case("invalid-scale", scale=("real", float("inf"))),
+        Case("invalid-scale-past-f32", scale=("real", 1e39)),
+        Case("invalid-softcap-past-f32", softcap=("real", 2e39)),
+        Case("f64-scale-and-softcap-past-f32", dtype="f64", scale=("real", -1e39),
+             softcap=("real", 2e39)),
         Case("invalid-dropout", dropout=(1.0, 0, 0)),
         Case("invalid-alias", alias=True),
         # Found by the fuzzer; since the fuzzer's Slack.*_edge, NaN and +-inf may trade places
         # where an infinity meets a P_ij below f32's smallest normal (docs/numerics.md), the
-        # finiteness pattern staying exact. An inf in v_0, whose P_0 ends up below f32's range (ALiBi puts key 0 199 below the
-        # last key): the reference computes P_0 = 0 and 0 * inf = NaN, as PyTorch does; the
+        # finiteness pattern staying exact. An inf in v_0, whose P_0 ends up below f32's range
+        # (ALiBi puts key 0 199 below the last key): the reference computes P_0 = 0 and 0 * inf = NaN, as PyTorch does; the
         # fused kernel, which met v_0 while the running max was still low, returns +inf. Decode
         # path (Tq = 1) and tiled path (Tq = 17) alike; the f64 reference, where P_0 does not
         # underflow, gives +inf.
