@@ -18,7 +18,8 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // At most 2^17 (query, key) pairs B Hq Tq Tk and 2^26 multiply-adds B Hq Tq Tk (D + Dv) per
-// product. A case costs about 6 us per pair at D = 8 in this build (the references, the fused
+// product. A case costs about 6 us per pair at D = 8 in this build on the 2-core Zen 3
+// development VM (the references, the fused
 // kernel twice, the slack), so the largest take a second or more; the median case of a fuzzing
 // corpus took 2 ms. The 128-row q-blocks of the forward need Tq > 128 and K and V above 1 MiB
 // per head (f32: Tk (D + Dv) > 2^18), which fits: Tq = 129, Tk = 513, D = Dv = 256 (2^16.0
@@ -361,7 +362,7 @@ class CaseBuilder {
       const std::uint8_t kind = in_.byte();
       for (std::int64_t h = 0; h < Hq_; ++h) {
         constexpr double kSlopes[] = {0.0, 0.5, -0.25, 1.0, 0.0625, 4.0, 1e-3, 0.125};
-        // The slopes of the ALiBi paper for kind 0: 2^(-8 (h + 1) / Hq).
+        // The slopes of the ALiBi paper for even kinds: 2^(-8 (h + 1) / Hq).
         o.alibi_slopes[h] =
             kind % 2 == 0 ? std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(Hq_))
                           : in_.pick(kSlopes);

@@ -30,7 +30,7 @@ struct Slack {
   // Where NaN and +-inf may trade places (1), in the same order: the entries that multiply an
   // infinity by a kept P_ij below the compute dtype's smallest normal, or that read such an
   // entry. Whether P_ij came out 0 (0 x inf = NaN) or tiny (inf) depends on how it was rounded:
-  // the fused kernel's exp flushes below e^-87.3 where libm's returns subnormals, and its online
+  // the fused kernel's exp returns 0 below e^-87.7 where libm's returns subnormals, and its online
   // softmax multiplies v_j by exp(s_ij - m) with a running max m that may still be low, then the
   // sum by exp(m - m_new), so the underflow lands on another factor (docs/numerics.md).
   std::vector<char> out_edge, dq_edge, dk_edge, dv_edge, dbias_edge;

@@ -87,7 +87,9 @@ struct Prepared {
 
 // B = 0, Tq = 0 or Tk = 0: an empty problem, answered here so that every backend agrees and the
 // kernels only ever see B, Tq, Tk >= 1. Without keys every row is fully masked.
-bool empty_problem(const kernels::Dims& dims) { return dims.B * dims.Tq * dims.Tk == 0; }
+bool empty_problem(const kernels::Dims& dims) {
+  return dims.B == 0 || dims.Tq == 0 || dims.Tk == 0;  // not B * Tq * Tk: it can pass 2^63
+}
 
 template <class T>
 void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -4,8 +4,8 @@
 
 namespace qkv::detail {
 
-// For as long as it lives, the calling thread's OpenMP regions run on threads() threads: its
-// share of num_threads() (at most `wanted`), taken from the budget when it is made and given back
+// For as long as it lives, the calling thread's OpenMP regions run on its share of
+// num_threads() (at most `wanted`), taken from the budget when it is made and given back
 // when it is destroyed. 1 inside an active parallel region, where it takes nothing. The calling
 // thread's own OpenMP thread count is restored on destruction.
 class ThreadShare {
@@ -14,8 +14,6 @@ class ThreadShare {
   ~ThreadShare();
   ThreadShare(const ThreadShare&) = delete;
   ThreadShare& operator=(const ThreadShare&) = delete;
-
-  int threads() const noexcept { return threads_; }
 
  private:
   int threads_ = 1;

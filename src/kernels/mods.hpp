@@ -55,11 +55,12 @@ struct BuiltinScore {
     return shift(s, b, h, i, j);
   }
 
-  // c tanh(s / c), computed in double and rounded once to T. In f32, c * tanhf(s / c) rounds three
-  // times and errs by up to 3.3 ulps of s' (1.5-2 where |s| > c, s' near +-c), against half an
-  // ulp here, and that error goes straight into exp(s' - lse); and ds'/ds = 1 - tanh^2 in f32 is
-  // 0 wherever tanh rounds to 1 (|s| > 9c). The fused kernels compute the same in vectors
-  // (soft_cap_row in tile-inl.h).
+  // c tanh(s / c), computed in double and, for T = float, rounded once to T. In f32, c * tanhf(s /
+  // c) rounds three times and errs by up to 3.3 ulps of s' (1.5-2 where |s| > c, s' near +-c),
+  // against half an ulp here, and that error goes straight into exp(s' - lse); and ds'/ds = 1 -
+  // tanh^2 in f32 is 0 wherever tanh rounds to 1 (|s| > 9c). (For T = double it rounds as the
+  // three operations do, which f64 can afford.) The fused kernels compute the cap the same way in
+  // f64 vectors, and the derivative as (1 - tanh)(1 + tanh) (soft_cap_row in tile-inl.h).
   template <class S>
   S soft_cap(S s) const noexcept {
     using std::tanh;

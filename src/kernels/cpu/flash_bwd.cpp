@@ -119,8 +119,9 @@ void products_kept(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int
 
 // S [rows, kBk] <- (scale q_i) . k_j for the rows [row0, row0 + rows) of [B, Hq, Tq] against the
 // keys [j0, j0 + cols) of k/v head `head` (b * Hk + hk); columns past cols hold 0 (the pack's
-// zero padding) or are left as they are. Decode shapes take their scores from score_dot, as the
-// split-keys forward did.
+// zero padding, or set here), which soft-capping reads with the rest of the row before the mask
+// sets them to -inf. Decode shapes take their scores from score_dot, as the split-keys forward
+// did.
 template <class T>
 void tile_scores(const Dims& d, const Packed<T>& packed, std::int64_t head, std::int64_t row0,
                  std::int64_t rows, std::int64_t j0, std::int64_t cols, T* S) {
@@ -130,6 +131,7 @@ void tile_scores(const Dims& d, const Packed<T>& packed, std::int64_t head, std:
     for (std::int64_t r = 0; r < rows; ++r) {
       for (std::int64_t c = 0; c < cols; ++c)
         S[r * kBk + c] = score_dot(q + r * d.D, k + c * d.D, d.D);
+      std::fill(S + r * kBk + cols, S + (r + 1) * kBk, T(0));
     }
   } else {
     gemm<true>(rows, kBk, d.D, q, d.D, packed.kt + head * d.D * packed.tk_pad + j0 * d.D, kBk, S,
@@ -164,7 +166,8 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   T* Z = scratch.z.get();
   T* grad = scratch.grad.get();
 
-  // forward: s = score_mod((scale q) . k), masked; P = exp(s - lse)
+  // forward: s = score_mod((scale q) . k), masked; P = exp(s - lse), with soft-capping divided
+  // by its row sum (inv_sigma)
   tile_scores(d, packed, head, row0, rows, j0, cols, P);
   score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -233,13 +236,13 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   }
 }
 
-// With soft-capping: inv_sigma [B * Hq * Tq] <- 1 / sum_j P_ij over the keys row i keeps, P_ij =
-// exp(s_ij - lse_i) exactly as backward_tile computes it (1 where lse is -inf or the sum is not a
-// positive number), by which backward_tile divides P. The sum is exp(LSE_i - lse_i), LSE_i the
-// log-sum-exp of the row's scores, which lse_i rounds to f32: by up to half an ulp of |lse_i|,
-// 2^-19 relative where soft-capping at c = 50 puts lse near 50, 32x f32's own rounding, and every
-// P of the row carries it. The forward's out is normalized by its own sum, so D_i = dO_i . O_i
-// does not share it, and dV, dS and through them dQ and dK err by it: dv's f32 error 1.26x
+// With soft-capping, lse [B, Hq, Tq]: inv_sigma [B * Hq * Tq] <- 1 / sum_j P_ij over the keys row i
+// keeps, P_ij = exp(s_ij - lse_i) exactly as backward_tile computes it (1 where lse is -inf or the
+// sum is not a positive number), by which backward_tile divides P. The sum is exp(LSE_i - lse_i),
+// LSE_i the log-sum-exp of the row's scores, which lse_i rounds to f32: by up to half an ulp of
+// |lse_i|, 2^-19 relative where soft-capping at c = 50 puts lse near 50, 32x f32's own rounding,
+// and every P of the row carries it. The forward's out is normalized by its own sum, so D_i = dO_i
+// . O_i does not share it, and dV, dS and through them dQ and dK err by it: dv's f32 error 1.26x
 // PyTorch's composed ops' (median over 300 problems: softcap 5, 30, 50, D 32-256, ALiBi, windows,
 // GQA), 0.85x with this (and the cap in double). One more S = Q K^T, cap and exp per tile: about
 // 40 ms of a soft-capped backward of 165 (T = 1024, D = 64, H = 8, one thread of the Zen 3 VM).
@@ -316,6 +319,9 @@ void backward_item(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   }
 }
 
+// out, dout [B, Tq, Hq, Dv] and lse [B, Hq, Tq] from the forward -> dq [B, Tq, Hq, D], dk
+// [B, Tk, Hk, D], dv [B, Tk, Hk, Dv] and dbias (the bias's shape, dbias_index maps into it; null
+// without a bias); q, k, v and the options are in p.
 template <class T>
 void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dout, T* dq, T* dk,
                    T* dv, T* dbias, const Broadcast4<T>& dbias_index) {
@@ -358,11 +364,6 @@ void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dou
   }
   std::fill(dk, dk + d.B * d.Tk * d.Hk * d.D, T(0));
   std::fill(dv, dv + d.B * d.Tk * d.Hk * d.Dv, T(0));
-  if (d.Tk == 0) {
-    std::fill(dq, dq + q_elems, T(0));
-    return;
-  }
-
   Packed<T> packed;
   packed.tk_pad = round_up(d.Tk, kBk);
   auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));

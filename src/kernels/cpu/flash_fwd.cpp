@@ -1,5 +1,5 @@
-// The fused forward: tiled online softmax. For each (b, h, q-block) the score tile S = Q K^T of
-// one k-block at a time is turned into probabilities against a running row max, the output
+// The fused forward: tiled online softmax. For each (b, h, q-block) the score tile S = (scale Q)
+// K^T of one k-block at a time is turned into probabilities against a running row max, the output
 // accumulator is rescaled when the max moves, and one division at the end normalizes it. The
 // Tq x Tk matrix never exists; lse is saved for the backward.
 #undef HWY_TARGET_INCLUDE
@@ -86,7 +86,8 @@ void softmax_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int6
   for (std::int64_t r = 0; r < live; ++r) {
     T* row = s + r * kBk;
     if (m_new[r] == kNegInf) {
-      // Nothing kept in this row yet, or only -inf and NaN scores (the max skips NaN). A NaN
+      // Nothing kept in this row yet, or only -inf and NaN scores (whether the max returns
+      // a NaN depends on the target). A NaN
       // must reach the row (docs/numerics.md): it poisons the row sum. -inf scores alone leave
       // the row as if masked.
       if (std::any_of(row, row + kBk, [](T x) { return x != kNegInf; })) {
@@ -141,7 +142,7 @@ void attend_keys(const Problem<T>& p, const T* kt, const T* vt, const std::uint8
     const TileKind kind = classify(p.mask_mod, b, i0, i0 + live, j0, j0 + cols);
     if (kind == TileKind::empty) continue;
     T* s = scratch.s.get();
-    // S = Q K^T for this tile (the pack's zero padding fills columns past Tk).
+    // S = (scale Q) K^T for this tile (the pack's zero padding fills columns past Tk).
     gemm<true>(live, kBk, d.D, q, d.D, kt + j0 * d.D, kBk, s, kBk, false);
     softmax_tile(p, b, h, i0, live, j0, cols, kind, s, scratch.z.get(), state);
     if (kind == TileKind::partial && !v_finite[j0 / kBk]) {
@@ -248,6 +249,13 @@ void decode_scores(const Problem<T>& p, const T* q_scaled, std::int64_t b, HeadR
         const T* q = q_scaled + ((b * d.Tq + i) * d.Hq + h) * d.D;
         S[(h * d.Tq + i) * kBk + c] = score_dot(q, k, d.D);
       }
+    }
+  }
+  // The columns past cols, which soft-capping reads with the rest of a row before the mask sets
+  // them to -inf.
+  for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+    for (std::int64_t i = 0; i < live; ++i) {
+      std::fill(S + (h * d.Tq + i) * kBk + cols, S + (h * d.Tq + i + 1) * kBk, T(0));
     }
   }
 }

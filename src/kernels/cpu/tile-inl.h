@@ -238,7 +238,7 @@ HWY_INLINE hn::Vec<D> exp_softmax(D d, hn::Vec<D> x) {
 }
 
 // s[c] <- exp(s[c] - shift), exactly 0 where s[c] is -inf (exp_softmax's clamp; shift finite),
-// NaN where s[c] is NaN; returns the row sum.
+// NaN where s[c] is NaN, NaN everywhere for a NaN shift (a NaN row's lse); returns the row sum.
 template <class T>
 T row_exp(T* s, T shift) {
   const hn::ScalableTag<T> d;

@@ -77,7 +77,9 @@ void probability_row(const T* s, const bool* kept, std::int64_t n, T lse, bool n
     p[j] = kept[j] ? std::exp(s[j] - lse) : T(0);
     sum += p[j];
   }
-  if (!normalize) return;
+  // A sum that is not a positive finite number (a NaN row, or an lse far from the row's own, as
+  // a caller may pass to the backward) is left alone, as the fused backward leaves it.
+  if (!normalize || !(sum > 0 && std::isfinite(sum))) return;
   for (std::int64_t j = 0; j < n; ++j) {
     if (kept[j]) p[j] /= sum;
   }
