@@ -171,9 +171,9 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
           }
           const double ds = pr * (z * dp + delta);
           if (!m.dbias.empty()) m.dbias[bias_at(b, h, i, j)] += ds;
-          // d(softcap)/ds = 1 - tanh^2, at least 1/64: the reference's Dual computes it as
-          // 1 - t * t (in double), whose absolute error of ~eps its own size would not cover
-          // where it is tiny.
+          // d(softcap)/ds = 1 - tanh^2, at least 1/64: both backends compute it as (1 - t)(1 +
+          // t), but t itself carries an absolute error of ~eps, which the slope's own size would
+          // not cover where it is tiny.
           double slope_of_cap = 1;
           if (o.softcap > 0 && std::isfinite(raw[j])) {
             const double t = std::tanh(raw[j] / o.softcap);

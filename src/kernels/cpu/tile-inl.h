@@ -57,15 +57,20 @@ void soft_cap_row(T cap, T* s, T* grad) {
   const hn::Rebind<T, decltype(dd)> dt;  // T lanes, as many as dd has
   const auto c = hn::Set(dd, static_cast<double>(cap));
   const auto inv_c = hn::Set(dd, 1.0 / static_cast<double>(cap));
+  // s / c: by the reciprocal, unless a subnormal cap makes it overflow (0 x inf would be NaN).
+  const bool divide = !std::isfinite(1.0 / static_cast<double>(cap));
+  const auto over_c = [&](hn::Vec<decltype(dd)> v) {
+    return divide ? hn::Div(v, c) : hn::Mul(v, inv_c);
+  };
   const auto one = hn::Set(dd, 1.0);
   const auto two = hn::Set(dd, 2.0);
   const auto limit = hn::Set(dd, 18.714973875);
   for (std::int64_t n = 0; n < kBk; n += static_cast<std::int64_t>(hn::Lanes(dd))) {
     const auto x = [&] {
       if constexpr (sizeof(T) == 8) {
-        return hn::Mul(hn::LoadU(dd, s + n), inv_c);
+        return over_c(hn::LoadU(dd, s + n));
       } else {
-        return hn::Mul(hn::PromoteTo(dd, hn::LoadU(dt, s + n)), inv_c);
+        return over_c(hn::PromoteTo(dd, hn::LoadU(dt, s + n)));
       }
     }();
     const auto ax = hn::Abs(x);

@@ -45,6 +45,17 @@ T dropout_scale(const Dims& d, const DropoutParams& dropout, std::int64_t b, std
   return keep ? static_cast<T>(1.0 / (1.0 - dropout.p)) : T(0);
 }
 
+// (scale a) . b for a, b [n]: each element of a scaled, then the product, as the fused kernels
+// (and PyTorch, which scales q and k by sqrt(scale) each) compute a score. scale (a . b) would
+// give another class of result where scale a_c underflows to 0 against an infinite b_c (0 x inf
+// is NaN, tiny x inf is inf) or overflows where the product would not.
+template <class T>
+T scaled_dot(T scale, const T* a, const T* b, std::int64_t n) {
+  T sum = 0;
+  for (std::int64_t c = 0; c < n; ++c) sum += (scale * a[c]) * b[c];
+  return sum;
+}
+
 // Row i of S (after score_mod) and of the keep mask, for head h of batch b.
 template <class T, class ScoreMod, class MaskMod>
 void score_row(const Dims& d, const T* q, const T* k, T scale, const ScoreMod& score_mod,
@@ -54,8 +65,9 @@ void score_row(const Dims& d, const T* q, const T* k, T scale, const ScoreMod& s
   const T* qi = q + qo_row(d, b, i, h) * d.D;
   for (std::int64_t j = 0; j < d.Tk; ++j) {
     kept[j] = mask_mod(b, h, i, j);
-    s[j] =
-        kept[j] ? score_mod(scale * dot(qi, k + kv_row(d, b, j, hk) * d.D, d.D), b, h, i, j) : T(0);
+    s[j] = kept[j]
+               ? score_mod(scaled_dot(scale, qi, k + kv_row(d, b, j, hk) * d.D, d.D), b, h, i, j)
+               : T(0);
   }
 }
 
@@ -195,8 +207,8 @@ void attention_bwd_ref(const Dims& d, const T* q, const T* k, const T* v, const 
             ds = p * dp_minus_delta(doi, vj, z, oi, d.Dv);
           }
           if (dbias != nullptr) dbias[dbias_index.offset(b, h, i, j)] += ds;
-          // forward: s_ij = score_mod(scale * q_i . k_j); chain through ds'/ds by dual numbers
-          const T raw = scale * dot(qi, kj, d.D);
+          // forward: s_ij = score_mod((scale q_i) . k_j); chain through ds'/ds by dual numbers
+          const T raw = scaled_dot(scale, qi, kj, d.D);
           const T draw = ds * score_mod(Dual<T>{raw, T(1)}, b, h, i, j).d;
           T* dkj = dk + kv_row(d, b, j, hk) * d.D;
           for (std::int64_t c = 0; c < d.D; ++c) {

@@ -494,6 +494,39 @@ TEST_P(NonFinite, OverflowAndSoftcapOfInfiniteScores) {
   }
 }
 
+// scale q_c underflowing to 0 against an infinite k_c: both backends form (scale q) . k, so the
+// score is 0 x inf = NaN on both (the reference once formed scale (q . k) = scale x inf, which
+// soft-capping turned into a finite +-c while the fused row was NaN; found by the fuzzer). f64,
+// where scale 1e-160 times q_c = 1e-170 underflows; q [B, Tq, Hq, D], k [B, Tk, Hk, D].
+TEST_P(NonFinite, ScaledQueryUnderflowAgainstAnInfiniteKey) {
+  for (const double softcap : {0.0, 5.0}) {
+    FusedInputs in = inputs(DType::f64);
+    in.options.softcap = softcap;
+    in.options.scale = 1e-160;
+    in.q = in.q.clone();
+    in.k = in.k.clone();
+    in.q.set({0, 1, 0, 0}, 1e-170);
+    in.k.set({0, poisoned_key(in), 0, 0}, kInf);
+    SCOPED_TRACE("softcap " + std::to_string(softcap));
+    const Results r = compare(in, /*values=*/false);
+    if (softcap > 0 && kept(in, 0, 0, 1, poisoned_key(in))) {
+      EXPECT_TRUE(std::isnan(r.lse.at({0, 0, 1}))) << "row 1 of head 0 reads 0 x inf";
+    }
+  }
+}
+
+// A subnormal cap (f64): s / c saturates every score at +-c, and ds'/ds = 1 - tanh^2 is 0, not
+// the NaN of 0 x (1 / c) = 0 x inf (found by the fuzzer: the reference's dual numbers formed
+// (d / c) (1 - t^2) c, the fused kernel's s (1 / c)). Gradients stay finite and equal.
+TEST_P(NonFinite, SubnormalSoftcapSaturatesWithoutNaN) {
+  FusedInputs in = inputs(DType::f64);
+  in.options.softcap = 5e-309;
+  const Results r = compare(in);
+  for (const Tensor* t : {&r.out, &r.dq, &r.dk, &r.dv}) {
+    for (const double x : t->to_vector()) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
 std::vector<Shape> shapes() {
   FusedCase tiled;  // partial tiles on the causal diagonal and at the key lengths
   tiled.B = 2;
