@@ -131,6 +131,7 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
         for (std::int64_t x = 0; x < Dv; ++x) delta += finite_abs(doi[x]) * finite_abs(oi[x]);
         const double* Pi = P.data() + ((b * Hq + h) * Tq + i) * Tk;
         const bool dout_finite = all_finite(doi, Dv);
+        const bool out_finite = all_finite(oi, Dv);
         // Whether out_i may hold NaN in one backend and inf in the other: then so may the
         // backward's D_i = dout_i . out_i, and every gradient that reads it.
         bool out_edge = false;
@@ -160,9 +161,9 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
             m.out_edge[row * Dv + x] |= static_cast<char>(tiny && !std::isfinite(vj[x]));
             m.dv_edge[kv * Dv + x] |= static_cast<char>(tiny && !std::isfinite(doi[x]));
           }
-          // dS_ij = P_ij (dP_ij - D_i): a tiny P_ij against an infinite dP_ij, or any P_ij
-          // against a D_i that may be NaN or inf.
-          if (out_edge || (tiny && !(dout_finite && all_finite(vj, Dv)))) {
+          // dS_ij = P_ij (dP_ij - D_i): a tiny P_ij against an infinite dP_ij or D_i (out_i
+          // infinite through another key), or any P_ij against a D_i that may be NaN or inf.
+          if (out_edge || (tiny && !(dout_finite && all_finite(vj, Dv) && out_finite))) {
             for (std::int64_t x = 0; x < D; ++x) {
               m.dq_edge[row * D + x] = 1;
               m.dk_edge[kv * D + x] = 1;
