@@ -76,6 +76,17 @@ def _number(name: str, x: Any) -> float:
         raise ValueError(f"{name}: expected a number, got {x!r}") from None
 
 
+def _uint64(name: str, x: Any) -> int:
+    # A Python, numpy or torch integer in [0, 2**64); a float is refused, not truncated.
+    try:
+        n = operator.index(x)
+    except TypeError:
+        n = None
+    if n is None or not 0 <= n < 2**64:
+        raise ValueError(f"{name}: expected an integer in [0, 2**64), got {x!r}")
+    return n
+
+
 def _floats(name: str, values: Optional[Sequence[float]]) -> list:
     if values is None:
         return []
@@ -119,20 +130,8 @@ def _options(
     options.softcap = _number("softcap", softcap)
     options.scale = None if scale is None else _number("scale", scale)
     options.dropout_p = _number("dropout_p", dropout_p)
-    try:
-        valid = 0 <= operator.index(seed) < 2**64
-    except TypeError:
-        valid = False
-    if not valid:
-        raise ValueError(f"seed: expected an integer in [0, 2**64), got {seed!r}")
-    options.seed = operator.index(seed)
-    try:
-        valid = 0 <= operator.index(offset) < 2**64
-    except TypeError:
-        valid = False
-    if not valid:
-        raise ValueError(f"offset: expected an integer in [0, 2**64), got {offset!r}")
-    options.offset = operator.index(offset)
+    options.seed = _uint64("seed", seed)
+    options.offset = _uint64("offset", offset)
     options.backend = backend
     return options
 

@@ -49,26 +49,6 @@ constexpr Dual<T> operator/(Dual<T> a, T c) noexcept {
   return {a.v / c, a.d / c};
 }
 
-// A score, or a score with its derivative, in double (widen) and back in the type S it came in
-// (narrow): for the steps computed in double whatever the storage type, as the soft cap is.
-template <class T>
-constexpr double widen(T a) noexcept {
-  return static_cast<double>(a);
-}
-template <class T>
-constexpr Dual<double> widen(Dual<T> a) noexcept {
-  return {static_cast<double>(a.v), static_cast<double>(a.d)};
-}
-template <class S>
-constexpr S narrow(double a) noexcept {
-  return static_cast<S>(a);
-}
-template <class S>
-constexpr S narrow(Dual<double> a) noexcept {
-  using T = decltype(S::v);
-  return {static_cast<T>(a.v), static_cast<T>(a.d)};
-}
-
 template <class T>
 Dual<T> tanh(Dual<T> a) noexcept {
   const T t = std::tanh(a.v);

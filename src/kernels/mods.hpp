@@ -61,17 +61,17 @@ struct BuiltinScore {
   // tanh^2 in f32 is 0 wherever tanh rounds to 1 (|s| > 9c). (For T = double it rounds as the
   // three operations do, which f64 can afford.) The fused kernels compute the same in f64 vectors
   // (soft_cap_row in tile-inl.h).
-  template <class S>
-  S soft_cap(S s) const noexcept {
-    return narrow<S>(cap_in_double(widen(s), softcap));
+  T soft_cap(T s) const noexcept {
+    const double c = softcap;
+    return static_cast<T>(c * std::tanh(static_cast<double>(s) / c));
   }
-  static double cap_in_double(double s, double c) noexcept { return c * std::tanh(s / c); }
   // With its derivative 1 - tanh^2 as (1 - t)(1 + t), which does not cancel, and not as the
   // chain c (1 - t^2) / c of dual numbers: for a subnormal c, 1 / c overflows and 0 x inf made
   // the gradient of a saturated score NaN.
-  static Dual<double> cap_in_double(Dual<double> s, double c) noexcept {
-    const double t = std::tanh(s.v / c);
-    return {c * t, s.d * ((1 - t) * (1 + t))};
+  Dual<T> soft_cap(Dual<T> s) const noexcept {
+    const double c = softcap;
+    const double t = std::tanh(static_cast<double>(s.v) / c);
+    return {static_cast<T>(c * t), static_cast<T>(static_cast<double>(s.d) * ((1 - t) * (1 + t)))};
   }
 
   // Step 2: s + bias[b, h, i, j], minus ALiBi's slope_h * |i + tk - tq - j|.

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
-#include <cstring>
 #include <qkv/qkv.hpp>
 #include <string>
 #include <thread>
@@ -72,17 +71,6 @@ Results run(const Work& w) {
                v.grad().to_vector()};
   if (bias.defined()) r.push_back(bias.grad().to_vector());
   return r;
-}
-
-bool bitwise_equal(const Results& a, const Results& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t t = 0; t < a.size(); ++t) {
-    if (a[t].size() != b[t].size() ||
-        std::memcmp(a[t].data(), b[t].data(), a[t].size() * sizeof(double)) != 0) {
-      return false;
-    }
-  }
-  return true;
 }
 
 // Small problems that between them take every option: causal both ways, a window, lengths, a

@@ -58,6 +58,8 @@ void soft_cap_row(T cap, T* s, T* grad) {
   const auto c = hn::Set(dd, static_cast<double>(cap));
   const auto inv_c = hn::Set(dd, 1.0 / static_cast<double>(cap));
   // s / c: by the reciprocal, unless a subnormal cap makes it overflow (0 x inf would be NaN).
+  // Dividing always cost 5-8%: soft-capped forward 31-36 -> 33-37 ms, backward 90-101 -> 98-111
+  // (T = 1024, D = 64, H = 8, two threads of the AMD EPYC Zen 3 VM, three interleaved rounds).
   const bool divide = !std::isfinite(1.0 / static_cast<double>(cap));
   const auto over_c = [&](hn::Vec<decltype(dd)> v) {
     return divide ? hn::Div(v, c) : hn::Mul(v, inv_c);

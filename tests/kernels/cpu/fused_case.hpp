@@ -4,6 +4,7 @@
 // input layout, a printable name, and random inputs built from a seed.
 
 #include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <qkv/qkv.hpp>
 #include <string>
@@ -105,6 +106,19 @@ inline FusedInputs make_inputs(const FusedCase& c, DType dtype) {
   o.seed = c.seed * 7919;
   o.offset = 3;
   return in;
+}
+
+// Whether two runs' results, each tensor as its values, hold the same bits (NaN included).
+inline bool bitwise_equal(const std::vector<std::vector<double>>& a,
+                          const std::vector<std::vector<double>>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t t = 0; t < a.size(); ++t) {
+    if (a[t].size() != b[t].size() ||
+        std::memcmp(a[t].data(), b[t].data(), a[t].size() * sizeof(double)) != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace qkv::testing

@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -23,18 +22,6 @@ std::vector<std::vector<double>> run_all(const FusedInputs& in, Backend backend)
                                           g.dk.to_vector(), g.dv.to_vector()};
   if (g.dbias.defined()) all.push_back(g.dbias.to_vector());
   return all;
-}
-
-bool bitwise_equal(const std::vector<std::vector<double>>& a,
-                   const std::vector<std::vector<double>>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t t = 0; t < a.size(); ++t) {
-    if (a[t].size() != b[t].size() ||
-        std::memcmp(a[t].data(), b[t].data(), a[t].size() * sizeof(double)) != 0) {
-      return false;
-    }
-  }
-  return true;
 }
 
 // A fused case, with the bias in a shape of its own (broadcast to [B, Hq, Tq, Tk]) when
