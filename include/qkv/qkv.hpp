@@ -2,9 +2,13 @@
 
 #include "qkv/attention.hpp"
 #include "qkv/autograd.hpp"
+#include "qkv/block_mask.hpp"
 #include "qkv/dtype.hpp"
+#include "qkv/dual.hpp"
 #include "qkv/error.hpp"
+#include "qkv/flex.hpp"
 #include "qkv/half.hpp"
+#include "qkv/masks.hpp"
 #include "qkv/models.hpp"
 #include "qkv/nn.hpp"
 #include "qkv/philox.hpp"

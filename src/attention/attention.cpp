@@ -6,54 +6,36 @@
 #include <string>
 #include <string_view>
 
+#include "attention/common.hpp"
 #include "attention/validate.hpp"
 #include "core/thread_budget.hpp"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/problem.hpp"
 #include "kernels/reference/entry.hpp"
+#include "qkv/block_mask.hpp"
 #include "qkv/error.hpp"
 #include "qkv/system.hpp"
 
 namespace qkv {
 namespace {
 
-// QKV_BACKEND (reference or cpu) overrides the option, like ggml's forced reference mode.
-bool use_reference(Backend requested) {
-  if (const char* forced = std::getenv("QKV_BACKEND")) {
-    const std::string_view name(forced);
-    if (name == "reference") return true;
-    if (name == "cpu") return false;
-    if (!name.empty()) throw Error("QKV_BACKEND", "reference, cpu or unset", std::string(name));
-  }
-  return requested == Backend::reference;
-}
-
-template <class T>
-constexpr DType dtype_of() {
-  return std::is_same_v<T, double> ? DType::f64 : DType::f32;
-}
-
-// View of `t` (at most 4 dimensions, right-aligned) broadcast to [B, Hq, Tq, Tk].
-template <class E>
-kernels::Broadcast4<E> broadcast4(const Tensor& t) {
-  kernels::Broadcast4<E> view;
-  view.data = static_cast<const E*>(t.data());
-  const std::int64_t lead = 4 - t.dim();
-  for (std::int64_t d = 0; d < t.dim(); ++d) {
-    view.stride[lead + d] = t.size(d) == 1 ? 0 : t.stride(d);
-  }
-  return view;
-}
+using attention::dtype_of;
+using attention::empty_problem;
+using attention::lse_shape;
+using attention::out_shape;
+using attention::use_reference;
 
 // The inputs and options of one call, converted for a backend that computes in T: contiguous
 // copies where needed (views otherwise), kept alive for the problem's pointers.
 template <class T>
 struct Prepared {
   Tensor q, k, v, mask, bias;
+  std::shared_ptr<const detail::BlockMaskData> blocks;
   kernels::Problem<T> problem;
 
+  // with_blocks: for the fused kernels, which walk the block mask.
   Prepared(const kernels::Dims& dims, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-           const AttentionOptions& options)
+           const AttentionOptions& options, bool with_blocks)
       : q(q_in.to(dtype_of<T>()).contiguous()),
         k(k_in.to(dtype_of<T>()).contiguous()),
         v(v_in.to(dtype_of<T>()).contiguous()) {
@@ -63,33 +45,29 @@ struct Prepared {
     p.k = static_cast<const T*>(k.data());
     p.v = static_cast<const T*>(v.data());
     p.scale = static_cast<T>(options.scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.D))));
-    const kernels::Lengths lengths{
-        dims.Tq, dims.Tk, options.query_lengths.empty() ? nullptr : options.query_lengths.data(),
-        options.key_lengths.empty() ? nullptr : options.key_lengths.data()};
-    p.mask_mod.lengths = lengths;
-    p.mask_mod.causal = options.causal;
-    p.mask_mod.window_left = options.window.left;
-    p.mask_mod.window_right = options.window.right;
-    if (options.mask.defined()) {
-      mask = options.mask.contiguous();
-      p.mask_mod.keep = broadcast4<std::uint8_t>(mask);
-    }
+    if (options.mask.defined()) mask = options.mask.contiguous();
+    p.mask_mod = attention::builtin_mask(dims, options, mask);
+    const kernels::Lengths& lengths = p.mask_mod.lengths;
     p.score_mod.lengths = lengths;
     p.score_mod.softcap = static_cast<T>(options.softcap);
     if (options.bias.defined()) {
       bias = options.bias.to(dtype_of<T>()).contiguous();
-      p.score_mod.bias = broadcast4<T>(bias);
+      p.score_mod.bias = attention::broadcast4<T>(bias);
     }
     p.score_mod.alibi_slopes = options.alibi_slopes.empty() ? nullptr : options.alibi_slopes.data();
     p.dropout = {options.dropout_p, options.seed, options.offset};
+    if (with_blocks) {
+      // The block mask of the built-in options: per batch with lengths or a per-batch keep-mask,
+      // per head with a per-head keep-mask; classified from the intervals (and the tensor's tiles).
+      const bool per_batch = lengths.query != nullptr || lengths.key != nullptr ||
+                             (p.mask_mod.keep && p.mask_mod.keep.stride[0] != 0);
+      const bool per_head = p.mask_mod.keep && p.mask_mod.keep.stride[1] != 0;
+      blocks = detail::build_block_mask(detail::erase_mask(p.mask_mod), per_batch ? dims.B : 1,
+                                        per_head ? dims.Hq : 1, dims.Tq, dims.Tk);
+      p.blocks = blocks.get();
+    }
   }
 };
-
-// B = 0, Tq = 0 or Tk = 0: an empty problem, answered here so that every backend agrees and the
-// kernels only ever see B, Tq, Tk >= 1. Without keys every row is fully masked.
-bool empty_problem(const kernels::Dims& dims) {
-  return dims.B == 0 || dims.Tq == 0 || dims.Tk == 0;  // not B * Tq * Tk: it can pass 2^63
-}
 
 template <class T>
 void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -99,10 +77,11 @@ void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, con
     lse.fill(-std::numeric_limits<double>::infinity());
     return;
   }
-  const Prepared<T> prepared(dims, q, k, v, options);
+  const bool reference = use_reference(options.backend);
+  const Prepared<T> prepared(dims, q, k, v, options, !reference);
   Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, dims.Dv}, dtype_of<T>());
   Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
-  if (use_reference(options.backend)) {
+  if (reference) {
     kernels::reference::forward(prepared.problem, static_cast<T*>(out_t.data()),
                                 static_cast<T*>(lse_t.data()), static_cast<T*>(nullptr));
   } else {
@@ -124,7 +103,8 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
     }
     return;
   }
-  const Prepared<T> prepared(dims, q, k, v, options);
+  const bool reference = use_reference(options.backend);
+  const Prepared<T> prepared(dims, q, k, v, options, !reference);
   const Tensor dout_t = dout.to(dtype_of<T>()).contiguous();
   const Tensor out_t = out.to(dtype_of<T>()).contiguous();
   const Tensor lse_t = lse.to(dtype_of<T>()).contiguous();
@@ -135,9 +115,8 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
   kernels::Broadcast4<T> dbias_index;
   if (options.bias.defined()) {
     dbias = Tensor::zeros(options.bias.shape(), dtype_of<T>());
-    dbias_index = broadcast4<T>(dbias);
+    dbias_index = attention::broadcast4<T>(dbias);
   }
-  const bool reference = use_reference(options.backend);
   const auto backward = reference ? &kernels::reference::backward<T> : &kernels::cpu::backward<T>;
   const detail::ThreadShare threads(reference ? 1 : num_threads());  // (qkv/system.hpp)
   backward(prepared.problem, static_cast<const T*>(out_t.data()),
@@ -155,7 +134,7 @@ template <class T>
 Tensor weights_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
                   const AttentionOptions& options, DType dtype) {
   if (empty_problem(dims)) return Tensor::zeros({dims.B, dims.Hq, dims.Tq, dims.Tk}, dtype);
-  const Prepared<T> prepared(dims, q, k, v, options);
+  const Prepared<T> prepared(dims, q, k, v, options, false);
   Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, 1}, dtype_of<T>());
   Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
   Tensor weights = Tensor::empty({dims.B, dims.Hq, dims.Tq, dims.Tk}, dtype_of<T>());
@@ -163,9 +142,6 @@ Tensor weights_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, c
                               static_cast<T*>(lse_t.data()), static_cast<T*>(weights.data()));
   return weights.to(dtype);
 }
-
-Shape out_shape(const kernels::Dims& d) { return {d.B, d.Tq, d.Hq, d.Dv}; }
-Shape lse_shape(const kernels::Dims& d) { return {d.B, d.Hq, d.Tq}; }
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention/common.hpp"
 #include "attention/validate.hpp"
 #include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
@@ -38,28 +39,22 @@ MaskAndAlibi mask_and_alibi(const qkv::kernels::Dims& d, const AttentionOptions&
   MaskAndAlibi r;
   const Shape full = {d.B, d.Hq, d.Tq, d.Tk};
   r.dropped = Tensor::empty(full, DType::boolean);
-  const Tensor keep = o.mask.defined() ? o.mask.expand(full).contiguous() : Tensor();
+  const Tensor keep = o.mask.defined() ? o.mask.contiguous() : Tensor();
+  // The kernels' own mask mod: the rules are the ones of qkv/masks.hpp.
+  const qkv::kernels::BuiltinMask mask = qkv::attention::builtin_mask(d, o, keep);
   auto* dropped = r.dropped.data_as<std::uint8_t>();
-  const std::uint8_t* kept = keep.defined() ? keep.data_as<std::uint8_t>() : nullptr;
   std::vector<double> alibi;
   if (!o.alibi_slopes.empty()) alibi.resize(r.dropped.numel());
   std::int64_t n = 0;
   for (std::int64_t b = 0; b < d.B; ++b) {
-    const std::int64_t tq = o.query_lengths.empty() ? d.Tq : o.query_lengths[b];
-    const std::int64_t tk = o.key_lengths.empty() ? d.Tk : o.key_lengths[b];
+    const std::int64_t offset = mask.lengths.tk(b) - mask.lengths.tq(b);
     for (std::int64_t h = 0; h < d.Hq; ++h) {
       for (std::int64_t i = 0; i < d.Tq; ++i) {
-        const std::int64_t diagonal = i + tk - tq;  // the bottom-right aligned diagonal
         for (std::int64_t j = 0; j < d.Tk; ++j, ++n) {
-          bool drop = j >= tk || i >= tq || (kept && !kept[n]);
-          drop = drop || (o.causal == Causal::top_left && j > i) ||
-                 (o.causal == Causal::bottom_right && j > diagonal);
-          drop = drop || (o.window.left >= 0 && j < diagonal - o.window.left) ||
-                 (o.window.right >= 0 && j > diagonal + o.window.right);
-          dropped[n] = drop;
-          r.any_dropped = r.any_dropped || drop;
+          dropped[n] = !mask(b, h, i, j);
+          r.any_dropped = r.any_dropped || dropped[n];
           if (!alibi.empty()) {
-            alibi[n] = -o.alibi_slopes[h] * static_cast<double>(std::llabs(diagonal - j));
+            alibi[n] = -o.alibi_slopes[h] * static_cast<double>(std::llabs(i + offset - j));
           }
         }
       }

@@ -1,11 +1,14 @@
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
-#include "kernels/dual.hpp"
+#include "qkv/dual.hpp"
 #include "kernels/params.hpp"
 #include "qkv/attention.hpp"
+#include "qkv/masks.hpp"
 
 namespace qkv::kernels {
 
@@ -18,7 +21,9 @@ struct Lengths {
   std::int64_t tk(std::int64_t b) const noexcept { return key ? key[b] : Tk; }
 };
 
-// mask_mod(b, h, i, j) -> keep: every built-in mask option at once (step 3 of the semantics).
+// mask_mod(b, h, i, j) -> keep: every built-in mask option at once (step 3 of the semantics),
+// as the rules of qkv/masks.hpp: lengths, causal and window keep one interval of keys per row
+// (keys), a keep-mask tensor drops elements inside it.
 struct BuiltinMask {
   Lengths lengths;
   Causal causal = Causal::none;
@@ -26,19 +31,80 @@ struct BuiltinMask {
   std::int64_t window_right = -1;
   Broadcast4<std::uint8_t> keep;
 
-  bool operator()(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const noexcept {
+  // The keys row i of batch b keeps but for the keep-mask tensor (not `keys`: with the tensor, the
+  // row's keys are not one interval).
+  KeyRange interval(std::int64_t b, std::int64_t, std::int64_t i) const noexcept {
     const std::int64_t tq = lengths.tq(b);
     const std::int64_t tk = lengths.tk(b);
-    if (i >= tq || j >= tk) return false;
-    const std::int64_t diagonal = i + tk - tq;  // the bottom-right aligned diagonal of row i
-    if (causal == Causal::top_left && j > i) return false;
-    if (causal == Causal::bottom_right && j > diagonal) return false;
-    if (window_left >= 0 && j < diagonal - window_left) return false;
-    if (window_right >= 0 && j > diagonal + window_right) return false;
-    if (keep && keep(b, h, i, j) == 0) return false;
-    return true;
+    if (i >= tq) return {0, 0};
+    KeyRange r{0, tk};
+    if (causal == Causal::top_left) r = intersect(r, masks::causal_keys(i, 0));
+    if (causal == Causal::bottom_right) r = intersect(r, masks::causal_keys(i, tk - tq));
+    return intersect(r, masks::window_keys(i, tk - tq, window_left, window_right));
+  }
+  bool operator()(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const noexcept {
+    return interval(b, h, i).contains(j) && (!keep || keep(b, h, i, j) != 0);
+  }
+  // x[c] <- value for c < cols where row i drops key j0 + c.
+  template <class T>
+  void drop_row(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t cols,
+                T value, T* x) const noexcept {
+    const KeyRange r = interval(b, h, i);
+    const std::int64_t lo = std::clamp<std::int64_t>(r.lo - j0, 0, cols);
+    const std::int64_t hi = std::clamp<std::int64_t>(r.hi - j0, lo, cols);
+    std::fill(x, x + lo, value);
+    if (keep) {
+      for (std::int64_t c = lo; c < hi; ++c) {
+        if (keep(b, h, i, j0 + c) == 0) x[c] = value;
+      }
+    }
+    std::fill(x + hi, x + cols, value);
+  }
+  // The tiles of rows [i0, i1): the intervals' kinds, then the keep-mask tensor's elements in the
+  // tiles the intervals leave (one row of it where it is the same for every row).
+  void classify_row(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
+                    std::int64_t Tk, std::int64_t bk, const TileKind* only,
+                    TileKind* kinds) const {
+    struct Intervals {
+      const BuiltinMask* m;
+      KeyRange keys(std::int64_t b, std::int64_t h, std::int64_t i) const {
+        return m->interval(b, h, i);
+      }
+    };
+    masks::classify_row(Intervals{this}, b, h, i0, i1, Tk, bk, only, kinds);
+    if (!keep) return;
+    // In a tile the intervals fill, every row reads all its keys: where the tensor is the same
+    // for every row, one row tells whether it drops any.
+    const std::int64_t row_end = keep.stride[2] == 0 ? std::min(i1, i0 + 1) : i1;
+    for (std::int64_t kb = 0; kb * bk < Tk; ++kb) {
+      if (kinds[kb] == TileKind::empty) continue;
+      const std::int64_t j0 = kb * bk, j1 = std::min(j0 + bk, Tk);
+      if (kinds[kb] == TileKind::full) {
+        bool dropped = false;
+        for (std::int64_t i = i0; i < row_end && !dropped; ++i) {
+          for (std::int64_t j = j0; j < j1 && !dropped; ++j) dropped = keep(b, h, i, j) == 0;
+        }
+        if (!dropped) continue;
+      }
+      bool kept = false;  // does some key the intervals keep survive the tensor?
+      for (std::int64_t i = i0; i < i1 && !kept; ++i) {
+        const KeyRange r = intersect(interval(b, h, i), {j0, j1});
+        for (std::int64_t j = r.lo; j < r.hi && !kept; ++j) kept = keep(b, h, i, j) != 0;
+      }
+      kinds[kb] = kept ? TileKind::partial : TileKind::empty;
+    }
   }
 };
+
+// Rows at or past row_limit(mask, b) are dropped whole.
+template <class M>
+std::int64_t row_limit(const M& mask, std::int64_t b) noexcept {
+  if constexpr (requires { mask.lengths.tq(b); }) {
+    return mask.lengths.tq(b);
+  } else {
+    return std::numeric_limits<std::int64_t>::max();
+  }
+}
 
 // score_mod(s, b, h, i, j) -> s': soft-capping, additive bias and ALiBi (steps 1-2). Generic in
 // S so that it evaluates on Dual<T> for the backward's ds'/ds.
@@ -54,6 +120,9 @@ struct BuiltinScore {
     if (softcap > 0) s = soft_cap(s);
     return shift(s, b, h, i, j);
   }
+  // ds'/ds is 1 but for the cap; only with the cap are rows renormalized (see probability_row).
+  bool has_slope() const noexcept { return softcap > 0; }
+  bool renormalizes() const noexcept { return softcap > 0; }
 
   // c tanh(s / c), computed in double and, for T = float, rounded once to T. In f32, c * tanhf(s /
   // c) rounds three times and errs by up to 3.3 ulps of s' (1.5-2 where |s| > c, s' near +-c),
@@ -86,5 +155,24 @@ struct BuiltinScore {
     return s;
   }
 };
+
+// Whether a score mod's ds'/ds may differ from 1, and whether the backward divides rows of P by
+// their sums (BuiltinScore says; any other mod: a slope, no renormalization).
+template <class M>
+bool has_slope(const M& mod) noexcept {
+  if constexpr (requires { mod.has_slope(); }) {
+    return mod.has_slope();
+  } else {
+    return true;
+  }
+}
+template <class M>
+bool renormalizes(const M& mod) noexcept {
+  if constexpr (requires { mod.renormalizes(); }) {
+    return mod.renormalizes();
+  } else {
+    return false;
+  }
+}
 
 }  // namespace qkv::kernels

@@ -21,6 +21,7 @@
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
 #include "kernels/cpu/pack.hpp"
+#include "kernels/block_view.hpp"
 #include "kernels/cpu/tile-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -66,12 +67,12 @@ struct Packed {
   const T* inv_sigma = nullptr;
 };
 
-// dS_ij = P_ij (dP_ij - D_i) subtracts D_i = dO_i . O_i from dP_ij = z_ij dO_i . v_j, two dot
+// dSij = P_ij (dP_ij - D_i) subtracts D_i = dO_i . O_i from dP_ij = z_ij dO_i . v_j, two dot
 // products rounded apart. Where key j holds most of row i's weight, O_i is close to z_ij v_j, the
 // two nearly cancel, and what is left is mostly their rounding errors, of the size of |dO_i| |v_j|
 // (autograd's softmax backward takes D_i = sum_j P_ij dP_ij, which shares dP_ij's error, and
-// there it cancels). So where P_ij > 1/2 (one key at most per row) and dS_ij is finite (a
-// non-finite one keeps its NaN or inf), dS_ij is recomputed as P_ij dO_i . (z_ij v_j - O_i),
+// there it cancels). So where P_ij > 1/2 (one key at most per row) and dSij is finite (a
+// non-finite one keeps its NaN or inf), dSij is recomputed as P_ij dO_i . (z_ij v_j - O_i),
 // differences first. Only with soft-capping, where rows put most of their weight on one key and
 // the cap's small derivative at large scores keeps the rest of the f32 error small: softcap 30,
 // a window of 16, scores up to 10c, D = 64: dq and dk 4.8x and 4.6x the f32 error of PyTorch's
@@ -96,8 +97,8 @@ void dominant_key(const T* P, const T* z, std::int64_t cols, const T* dout, cons
 // (row side) or K (key side) would otherwise meet a dropped pair's 0 and make NaN (0 * inf):
 //   dV [cols, Dv] += (P * Z)^T dO and dK [cols, D] += dS^T Q when rows_finite is false,
 //   dQ [rows, D] += dS K when keys_finite is false; the other products are left to the caller.
-template <class T>
-void products_kept(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
+template <class T, class ScoreMod, class MaskMod>
+void products_kept(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
                    std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
                    const T* lse_row, bool rows_finite, bool keys_finite, const T* PZ, const T* dS,
                    const T* q, const T* dob, const T* k, T* dq, T* dk, T* dv) {
@@ -142,8 +143,8 @@ void tile_scores(const Dims& d, const Packed<T>& packed, std::int64_t head, std:
 // One tile: rows [i0, i0 + rows) of head h against keys [j0, j0 + cols) of k/v head hk.
 // Accumulates into scratch.dk / scratch.dv (this k-block), dq_part ([B, Hq, Tq, D], like
 // packed.q) and dbias.
-template <class T>
-void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, const T* delta,
+template <class T, class ScoreMod, class MaskMod>
+void backward_tile(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse, const T* delta,
                    std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t rows,
                    std::int64_t j0, std::int64_t cols, TileKind kind, BackwardScratch<T>& scratch,
                    T* dq_part, T* dbias, const Broadcast4<T>& dbias_index) {
@@ -158,7 +159,8 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   const T* delta_row = delta + row0;
   const bool rows_finite = packed.qo_finite[(b * d.Hq + h) * packed.q_blocks + i0 / kBq];
   const bool keys_finite = packed.k_finite[head * (packed.tk_pad / kBk) + j0 / kBk];
-  const bool softcap = p.score_mod.softcap > 0;
+  const bool slope = has_slope(p.score_mod);
+  const bool dominant = renormalizes(p.score_mod);
   const bool dropout = p.dropout.enabled();
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   T* P = scratch.p.get();
@@ -169,7 +171,7 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
   // forward: s = score_mod((scale q) . k), masked; P = exp(s - lse), with soft-capping divided
   // by its row sum (inv_sigma)
   tile_scores(d, packed, head, row0, rows, j0, cols, P);
-  score_tile(p, b, h, i0, rows, j0, cols, kind, P, softcap ? grad : static_cast<T*>(nullptr));
+  score_tile(p, b, h, i0, rows, j0, cols, &kind, P, slope ? grad : static_cast<T*>(nullptr));
   for (std::int64_t r = 0; r < rows; ++r) {
     T* row = P + r * kBk;
     if (lse_row[r] == kNegInf) {
@@ -212,7 +214,7 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
     }
     if (dropout) row_mul(dp, Z + r * kBk);
     for (std::int64_t c = 0; c < cols; ++c) dp[c] = pr[c] * (dp[c] - delta_row[r]);
-    if (softcap) {
+    if (dominant) {
       dominant_key(pr, dropout ? Z + r * kBk : static_cast<T*>(nullptr), cols, dob + r * d.Dv,
                    packed.out + ((b * d.Tq + i0 + r) * d.Hq + h) * d.Dv,
                    p.v + ((b * d.Tk + j0) * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Dv, dp);
@@ -225,7 +227,7 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
         dbias[dbias_index.offset(b, h, i0 + r, j0 + c)] += dp[c];
     }
     // forward: s' = score_mod(s), s = (scale q) . k  ->  ds = ds' * score_mod'(s)
-    if (softcap) row_mul(dp, grad + r * kBk);
+    if (slope) row_mul(dp, grad + r * kBk);
   }
   // dQ += dS K (times the scale, applied once to the sum of the partials); dK += dS^T (scale Q)
   if (keys_finite) gemm(rows, d.D, cols, dP, kBk, k, d.D, dq_part + row0 * d.D, d.D, true);
@@ -246,12 +248,13 @@ void backward_tile(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
 // PyTorch's composed ops' (median over 300 problems: softcap 5, 30, 50, D 32-256, ALiBi, windows,
 // GQA), 0.85x with this (and the cap in double). One more S = Q K^T, cap and exp per tile: about
 // 40 ms of a soft-capped backward of 165 (T = 1024, D = 64, H = 8, one thread of the Zen 3 VM).
-template <class T>
-void inverse_row_sums(const Problem<T>& p, const Packed<T>& packed, const T* lse, T* inv_sigma) {
+template <class T, class ScoreMod, class MaskMod>
+void inverse_row_sums(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse, T* inv_sigma) {
   const Dims& d = p.dims;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   std::fill(inv_sigma, inv_sigma + d.B * d.Hq * d.Tq, T(1));
   const std::int64_t items = d.B * d.Hq * packed.q_blocks;
+  const BlockView blocks(p.blocks);
 #pragma omp parallel
   {
     auto tile = hwy::AllocateAligned<T>(kBq * kBk);
@@ -260,18 +263,19 @@ void inverse_row_sums(const Problem<T>& p, const Packed<T>& packed, const T* lse
       const std::int64_t i0 = item % packed.q_blocks * kBq;
       const std::int64_t h = item / packed.q_blocks % d.Hq;
       const std::int64_t b = item / packed.q_blocks / d.Hq;
-      const std::int64_t rows = std::min({kBq, d.Tq - i0, p.mask_mod.lengths.tq(b) - i0});
+      const std::int64_t rows = std::min({kBq, d.Tq - i0, row_limit(p.mask_mod, b) - i0});
       if (rows <= 0) continue;
       const std::int64_t row0 = (b * d.Hq + h) * d.Tq + i0;  // of [B, Hq, Tq]
       const std::int64_t head = b * d.Hk + h / d.group();
       double sums[kBq] = {};
-      const Range keys = key_range(p.mask_mod, b, i0, i0 + rows);
-      for (std::int64_t j0 = keys.lo / kBk * kBk; j0 < keys.hi; j0 += kBk) {
+      const KeyRange span = blocks.k_span(b, h, i0 / kBq);
+      for (std::int64_t kb = span.lo; kb < span.hi; ++kb) {
+        const std::int64_t j0 = kb * kBk;
         const std::int64_t cols = std::min(kBk, d.Tk - j0);
-        const TileKind kind = classify(p.mask_mod, b, i0, i0 + rows, j0, j0 + cols);
+        const TileKind kind = blocks.kind(b, h, i0 / kBq, kb);
         if (kind == TileKind::empty) continue;
         tile_scores(d, packed, head, row0, rows, j0, cols, tile.get());
-        score_tile(p, b, h, i0, rows, j0, cols, kind, tile.get(), static_cast<T*>(nullptr));
+        score_tile(p, b, h, i0, rows, j0, cols, &kind, tile.get(), static_cast<T*>(nullptr));
         for (std::int64_t r = 0; r < rows; ++r) {
           if (lse[row0 + r] != kNegInf) sums[r] += row_exp(tile.get() + r * kBk, lse[row0 + r]);
         }
@@ -285,12 +289,13 @@ void inverse_row_sums(const Problem<T>& p, const Packed<T>& packed, const T* lse
 
 // Work item: keys of k-blocks [kb_lo, kb_hi) for batches [b_lo, b_hi) and k/v heads
 // [hk_lo, hk_hi).
-template <class T>
-void backward_item(const Problem<T>& p, const Packed<T>& packed, const T* lse, const T* delta,
+template <class T, class ScoreMod, class MaskMod>
+void backward_item(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse, const T* delta,
                    std::int64_t b_lo, std::int64_t b_hi, std::int64_t hk_lo, std::int64_t hk_hi,
                    std::int64_t kb_lo, std::int64_t kb_hi, BackwardScratch<T>& scratch, T* dq_part,
                    T* dk, T* dv, T* dbias, const Broadcast4<T>& dbias_index) {
   const Dims& d = p.dims;
+  const BlockView blocks(p.blocks);
   for (std::int64_t b = b_lo; b < b_hi; ++b) {
     for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
       for (std::int64_t kb = kb_lo; kb < kb_hi; ++kb) {
@@ -298,12 +303,14 @@ void backward_item(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
         const std::int64_t cols = std::min(kBk, d.Tk - j0);
         std::fill(scratch.dk.get(), scratch.dk.get() + cols * d.D, T(0));
         std::fill(scratch.dv.get(), scratch.dv.get() + cols * d.Dv, T(0));
-        const Range queries = query_range(p.mask_mod, b, j0, j0 + cols);
         for (std::int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
-          for (std::int64_t i0 = queries.lo / kBq * kBq; i0 < queries.hi; i0 += kBq) {
-            const std::int64_t rows = std::min({kBq, d.Tq - i0, p.mask_mod.lengths.tq(b) - i0});
-            const TileKind kind = classify(p.mask_mod, b, i0, i0 + rows, j0, j0 + cols);
+          const KeyRange queries = blocks.q_span(b, h, kb);  // in q-blocks
+          for (std::int64_t qb = queries.lo; qb < queries.hi; ++qb) {
+            const TileKind kind = blocks.kind_t(b, h, kb, qb);
             if (kind == TileKind::empty) continue;
+            const std::int64_t i0 = qb * kBq;
+            const std::int64_t rows = std::min({kBq, d.Tq - i0, row_limit(p.mask_mod, b) - i0});
+            if (rows <= 0) continue;
             backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch, dq_part,
                           dbias, dbias_index);
           }
@@ -322,8 +329,8 @@ void backward_item(const Problem<T>& p, const Packed<T>& packed, const T* lse, c
 // out, dout [B, Tq, Hq, Dv] and lse [B, Hq, Tq] from the forward -> dq [B, Tq, Hq, D], dk
 // [B, Tk, Hk, D], dv [B, Tk, Hk, Dv] and dbias (the bias's shape, dbias_index maps into it; null
 // without a bias); q, k, v and the options are in p.
-template <class T>
-void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dout, T* dq, T* dk,
+template <class T, class ScoreMod, class MaskMod>
+void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T* lse, const T* dout, T* dq, T* dk,
                    T* dv, T* dbias, const Broadcast4<T>& dbias_index) {
   const Dims& d = p.dims;
   const std::int64_t q_elems = d.B * d.Tq * d.Hq * d.D;
@@ -394,7 +401,7 @@ void backward_impl(const Problem<T>& p, const T* out, const T* lse, const T* dou
   packed.qo_finite = qo_finite.data();
   packed.q_blocks = q_blocks;
   std::vector<T> inv_sigma;
-  if (p.score_mod.softcap > 0) {
+  if (renormalizes(p.score_mod)) {
     inv_sigma.resize(static_cast<size_t>(rows_all));
     inverse_row_sums(p, packed, lse, inv_sigma.data());
     packed.out = out;
@@ -460,6 +467,16 @@ void BackwardF64(const Problem<double>& p, const double* out, const double* lse,
                  const Broadcast4<double>& dbias_index) {
   backward_impl(p, out, lse, dout, dq, dk, dv, dbias, dbias_index);
 }
+void FlexBackwardF32(const FlexProblem<float>& p, const float* out, const float* lse,
+                     const float* dout, float* dq, float* dk, float* dv, float* dbias,
+                     const Broadcast4<float>& dbias_index) {
+  backward_impl(p, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+}
+void FlexBackwardF64(const FlexProblem<double>& p, const double* out, const double* lse,
+                     const double* dout, double* dq, double* dk, double* dv, double* dbias,
+                     const Broadcast4<double>& dbias_index) {
+  backward_impl(p, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+}
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -469,6 +486,8 @@ namespace qkv::kernels::cpu {
 
 HWY_EXPORT(BackwardF32);
 HWY_EXPORT(BackwardF64);
+HWY_EXPORT(FlexBackwardF32);
+HWY_EXPORT(FlexBackwardF64);
 
 template <>
 void backward(const Problem<float>& problem, const float* out, const float* lse, const float* dout,
@@ -481,6 +500,20 @@ void backward(const Problem<double>& problem, const double* out, const double* l
               const double* dout, double* dq, double* dk, double* dv, double* dbias,
               const Broadcast4<double>& dbias_index) {
   HWY_DYNAMIC_DISPATCH(BackwardF64)(problem, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+}
+
+template <>
+void backward(const FlexProblem<float>& problem, const float* out, const float* lse,
+              const float* dout, float* dq, float* dk, float* dv, float* dbias,
+              const Broadcast4<float>& dbias_index) {
+  HWY_DYNAMIC_DISPATCH(FlexBackwardF32)(problem, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+}
+
+template <>
+void backward(const FlexProblem<double>& problem, const double* out, const double* lse,
+              const double* dout, double* dq, double* dk, double* dv, double* dbias,
+              const Broadcast4<double>& dbias_index) {
+  HWY_DYNAMIC_DISPATCH(FlexBackwardF64)(problem, out, lse, dout, dq, dk, dv, dbias, dbias_index);
 }
 
 }  // namespace qkv::kernels::cpu

@@ -18,6 +18,7 @@
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
 #include "kernels/cpu/pack.hpp"
+#include "kernels/block_view.hpp"
 #include "kernels/cpu/tile-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -63,13 +64,13 @@ struct ForwardScratch {
 // into P against the running row max (times the dropout factors z [live, kBk] when dropout is
 // on), rescales what acc holds when a row's max moves, and adds the row sums into l. The caller
 // then adds P V into acc.
-template <class T>
-void softmax_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
-                  std::int64_t live, std::int64_t j0, std::int64_t cols, TileKind kind, T* s, T* z,
-                  const SoftmaxState<T>& state) {
+template <class T, class ScoreMod, class MaskMod>
+void softmax_tile(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
+                  std::int64_t live, std::int64_t j0, std::int64_t cols, const TileKind* kinds, T* s,
+                  T* z, const SoftmaxState<T>& state) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const std::int64_t dim_v = p.dims.Dv;
-  score_tile(p, b, h, i0, live, j0, cols, kind, s, static_cast<T*>(nullptr));
+  score_tile(p, b, h, i0, live, j0, cols, kinds, s, static_cast<T*>(nullptr));
   if (p.dropout.enabled()) dropout_tile(p, b, h, i0, live, j0, cols, z);
   // The new row maxima first, then every row's rescaling factor alpha = exp(m_old - m_new) in
   // one vector pass (a libm call per row took 1.6% of the forward), over the live rows rounded up
@@ -112,8 +113,8 @@ void softmax_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int6
 // and keys [j0, j0 + cols) of batch b, with P [live, kBk] and this tile of V [kBk, Dv]. For
 // partial tiles whose V holds an inf or NaN: the product would add 0 * NaN = NaN into the rows
 // that drop the key.
-template <class T>
-void values_kept(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
+template <class T, class ScoreMod, class MaskMod>
+void values_kept(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
                  std::int64_t live, std::int64_t j0, std::int64_t cols, const T* P, const T* v,
                  T* acc) {
   const std::int64_t dim_v = p.dims.Dv;
@@ -129,23 +130,42 @@ void values_kept(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64
 // batch b, from one head's K^T and V packed in tiles (kt: [D, kBk] per tile, vt: [kBk, Dv] per
 // tile; v_finite: per tile, whether V holds only finite numbers). Tiles the mask empties are
 // skipped.
-template <class T>
-void attend_keys(const Problem<T>& p, const T* kt, const T* vt, const std::uint8_t* v_finite,
+template <class T, class ScoreMod, class MaskMod>
+void attend_keys(const Problem<T, ScoreMod, MaskMod>& p, const T* kt, const T* vt, const std::uint8_t* v_finite,
                  std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t live,
                  ForwardScratch<T>& scratch, const SoftmaxState<T>& state) {
   const Dims& d = p.dims;
+  if (live == 0) return;
   T* q = scratch.q.get();  // scale * Q of these rows, [live, D]
   scale_rows(p.q + ((b * d.Tq + i0) * d.Hq + h) * d.D, d.Hq * d.D, live, d.D, p.scale, q);
-  const Range keys = key_range(p.mask_mod, b, i0, i0 + live);
-  for (std::int64_t j0 = keys.lo / kBk * kBk; j0 < keys.hi; j0 += kBk) {
+  // The block mask's q-blocks in these rows (a forward block is one or two of them), and the
+  // k-blocks any of them needs.
+  const BlockView blocks(p.blocks);
+  const std::int64_t qb0 = i0 / TileTraits::kBlockQ;
+  const std::int64_t halves = std::max<std::int64_t>(
+      1, (std::max<std::int64_t>(live, 1) + TileTraits::kBlockQ - 1) / TileTraits::kBlockQ);
+  KeyRange span{blocks.k_span(b, h, qb0)};
+  for (std::int64_t x = 1; x < halves; ++x) {
+    const KeyRange more = blocks.k_span(b, h, qb0 + x);
+    if (more.empty()) continue;
+    span = span.empty() ? more : KeyRange{std::min(span.lo, more.lo), std::max(span.hi, more.hi)};
+  }
+  TileKind kinds[kBq / TileTraits::kBlockQ];
+  for (std::int64_t kb = span.lo; kb < span.hi; ++kb) {
+    const std::int64_t j0 = kb * kBk;
     const std::int64_t cols = std::min(kBk, d.Tk - j0);
-    const TileKind kind = classify(p.mask_mod, b, i0, i0 + live, j0, j0 + cols);
-    if (kind == TileKind::empty) continue;
+    bool any = false, all_full = true;
+    for (std::int64_t x = 0; x < halves; ++x) {
+      kinds[x] = blocks.kind(b, h, qb0 + x, kb);
+      any = any || kinds[x] != TileKind::empty;
+      all_full = all_full && kinds[x] == TileKind::full;
+    }
+    if (!any) continue;
     T* s = scratch.s.get();
     // S = (scale Q) K^T for this tile (the pack's zero padding fills columns past Tk).
     gemm<true>(live, kBk, d.D, q, d.D, kt + j0 * d.D, kBk, s, kBk, false);
-    softmax_tile(p, b, h, i0, live, j0, cols, kind, s, scratch.z.get(), state);
-    if (kind == TileKind::partial && !v_finite[j0 / kBk]) {
+    softmax_tile(p, b, h, i0, live, j0, cols, kinds, s, scratch.z.get(), state);
+    if (!all_full && !v_finite[kb]) {
       values_kept(p, b, h, i0, live, j0, cols, s, vt + j0 * d.Dv, state.acc);
     } else {
       gemm(live, d.Dv, cols, s, kBk, vt + j0 * d.Dv, d.Dv, state.acc, d.Dv, true);  // acc += P V
@@ -168,16 +188,16 @@ void write_rows(const Dims& d, std::int64_t b, std::int64_t h, std::int64_t i0, 
   }
 }
 
-// Rows at or past batch b's query length are dropped whole.
-template <class T>
-std::int64_t live_rows(const Problem<T>& p, std::int64_t b, std::int64_t i0, std::int64_t rows) {
-  return std::clamp<std::int64_t>(p.mask_mod.lengths.tq(b) - i0, 0, rows);
+// Rows at or past batch b's query length (row_limit) are dropped whole.
+template <class T, class ScoreMod, class MaskMod>
+std::int64_t live_rows(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t i0, std::int64_t rows) {
+  return std::clamp<std::int64_t>(row_limit(p.mask_mod, b) - i0, 0, rows);
 }
 
 // Prefill and training shapes: K^T packed once per (b, k/v head), work split over
 // (b, h, q-block).
-template <class T>
-void forward_tiled(const Problem<T>& p, T* out, T* lse) {
+template <class T, class ScoreMod, class MaskMod>
+void forward_tiled(const Problem<T, ScoreMod, MaskMod>& p, T* out, T* lse) {
   const Dims& d = p.dims;
   // K^T and V of every (b, k/v head) in tiles, shared by all q-blocks and all query heads of
   // the group: [B * Hk][tiles][D, kBk] and [B * Hk][tiles][kBk, Dv].
@@ -237,8 +257,8 @@ struct HeadRange {
 // i). Key by key: the K rows of one key, all heads side by side, are one contiguous run, so K
 // streams through memory in order and the hardware prefetchers follow it (head by head it would
 // jump Hk * D elements per key, a page at D = 128, Hk = 8, where they stop).
-template <class T>
-void decode_scores(const Problem<T>& p, const T* q_scaled, std::int64_t b, HeadRange heads,
+template <class T, class ScoreMod, class MaskMod>
+void decode_scores(const Problem<T, ScoreMod, MaskMod>& p, const T* q_scaled, std::int64_t b, HeadRange heads,
                    std::int64_t live, std::int64_t j0, std::int64_t cols, T* S) {
   const Dims& d = p.dims;
   for (std::int64_t c = 0; c < cols; ++c) {
@@ -261,27 +281,29 @@ void decode_scores(const Problem<T>& p, const T* q_scaled, std::int64_t b, HeadR
 }
 
 // acc [Hq * Tq, Dv] += P V for keys [j0, j0 + cols) of batch b (rows [0, live) of the heads in
-// `heads`), with P [Hq * Tq, kBk] as decode_scores lays it out. Key by key, so V streams in
-// order too. In a partial tile, only the pairs the mask keeps: a value the mask drops (a KV
-// cache's unused tail) may hold anything, and 0 * NaN is NaN.
-template <class T>
-void decode_values(const Problem<T>& p, std::int64_t b, HeadRange heads, std::int64_t live,
-                   std::int64_t j0, std::int64_t cols, TileKind kind, const T* P, T* acc) {
+// `heads`), with P [Hq * Tq, kBk] as decode_scores lays it out; kinds [Hq]: each head's tile.
+// Key by key, so V streams in order too. In a partial tile, only the pairs the mask keeps: a
+// value the mask drops (a KV cache's unused tail) may hold anything, and 0 * NaN is NaN.
+template <class T, class ScoreMod, class MaskMod>
+void decode_values(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, HeadRange heads, std::int64_t live,
+                   std::int64_t j0, std::int64_t cols, const TileKind* kinds, const T* P,
+                   T* acc) {
   const Dims& d = p.dims;
   for (std::int64_t c = 0; c < cols; ++c) {
     const T* v_row = p.v + (b * d.Tk + j0 + c) * d.Hk * d.Dv;
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+      if (kinds[h] == TileKind::empty) continue;
       const T* v = v_row + h / d.group() * d.Dv;
       for (std::int64_t i = 0; i < live; ++i) {
-        if (kind == TileKind::partial && !p.mask_mod(b, h, i, j0 + c)) continue;
+        if (kinds[h] == TileKind::partial && !p.mask_mod(b, h, i, j0 + c)) continue;
         axpy(P[(h * d.Tq + i) * kBk + c], v, acc + (h * d.Tq + i) * d.Dv, d.Dv);
       }
     }
   }
 }
 
-template <class T>
-void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
+template <class T, class ScoreMod, class MaskMod>
+void forward_split_keys(const Problem<T, ScoreMod, MaskMod>& p, T* out, T* lse) {
   const Dims& d = p.dims;
   const std::int64_t splits = (d.Tk + TileTraits::kDecodeSplit - 1) / TileTraits::kDecodeSplit;
   const std::int64_t rows = d.B * d.Hq * d.Tq;  // one partial state per query row and split
@@ -304,10 +326,12 @@ void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
       (d.Hk + std::min(want_groups, d.Hk) - 1) / std::min(want_groups, d.Hk);
   const std::int64_t groups = (d.Hk + kv_per_group - 1) / kv_per_group;
   const std::int64_t items = d.B * splits * groups;
+  const BlockView blocks(p.blocks);
 #pragma omp parallel
   {
     ForwardScratch<T> scratch(d.Hq * d.Tq, 0, d.Dv);  // rows h * Tq + i; no Q rows
     const SoftmaxState<T> state = scratch.state();
+    std::vector<TileKind> kinds(static_cast<std::size_t>(d.Hq));  // each head's tile
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
       const std::int64_t group = item % groups;
@@ -320,14 +344,19 @@ void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
       state.rows_from(heads.lo * d.Tq, d.Dv).reset((heads.hi - heads.lo) * d.Tq, d.Dv);
       for (std::int64_t j0 = split * TileTraits::kDecodeSplit; j0 < k_end; j0 += kBk) {
         const std::int64_t cols = std::min(kBk, k_end - j0);
-        const TileKind kind = classify(p.mask_mod, b, 0, live, j0, j0 + cols);
-        if (kind == TileKind::empty) continue;
+        bool any = false;
+        for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+          kinds[h] = live > 0 ? blocks.kind(b, h, 0, j0 / kBk) : TileKind::empty;
+          any = any || kinds[h] != TileKind::empty;
+        }
+        if (!any) continue;
         decode_scores(p, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
         for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
-          softmax_tile(p, b, h, 0, live, j0, cols, kind, scratch.s.get() + h * d.Tq * kBk,
+          if (kinds[h] == TileKind::empty) continue;
+          softmax_tile(p, b, h, 0, live, j0, cols, &kinds[h], scratch.s.get() + h * d.Tq * kBk,
                        scratch.z.get(), state.rows_from(h * d.Tq, d.Dv));
         }
-        decode_values(p, b, heads, live, j0, cols, kind, scratch.s.get(), state.acc);
+        decode_values(p, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), state.acc);
       }
       for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
         for (std::int64_t i = 0; i < d.Tq; ++i) {
@@ -369,8 +398,8 @@ void forward_split_keys(const Problem<T>& p, T* out, T* lse) {
   }
 }
 
-template <class T>
-void forward_impl(const Problem<T>& p, T* out, T* lse) {
+template <class T, class ScoreMod, class MaskMod>
+void forward_impl(const Problem<T, ScoreMod, MaskMod>& p, T* out, T* lse) {
   const Dims& d = p.dims;
   if (d.Tq <= TileTraits::kDecodeMaxQueries) {
     forward_split_keys(p, out, lse);
@@ -392,6 +421,12 @@ void ExpSoftmaxF32(const float* x, float* y, std::int64_t n) {
 
 void ForwardF32(const Problem<float>& p, float* out, float* lse) { forward_impl(p, out, lse); }
 void ForwardF64(const Problem<double>& p, double* out, double* lse) { forward_impl(p, out, lse); }
+void FlexForwardF32(const FlexProblem<float>& p, float* out, float* lse) {
+  forward_impl(p, out, lse);
+}
+void FlexForwardF64(const FlexProblem<double>& p, double* out, double* lse) {
+  forward_impl(p, out, lse);
+}
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -402,6 +437,8 @@ namespace qkv::kernels::cpu {
 HWY_EXPORT(ExpSoftmaxF32);
 HWY_EXPORT(ForwardF32);
 HWY_EXPORT(ForwardF64);
+HWY_EXPORT(FlexForwardF32);
+HWY_EXPORT(FlexForwardF64);
 
 void exp_softmax(const float* x, float* y, std::int64_t n) {
   HWY_DYNAMIC_DISPATCH(ExpSoftmaxF32)(x, y, n);
@@ -415,6 +452,16 @@ void forward(const Problem<float>& problem, float* out, float* lse) {
 template <>
 void forward(const Problem<double>& problem, double* out, double* lse) {
   HWY_DYNAMIC_DISPATCH(ForwardF64)(problem, out, lse);
+}
+
+template <>
+void forward(const FlexProblem<float>& problem, float* out, float* lse) {
+  HWY_DYNAMIC_DISPATCH(FlexForwardF32)(problem, out, lse);
+}
+
+template <>
+void forward(const FlexProblem<double>& problem, double* out, double* lse) {
+  HWY_DYNAMIC_DISPATCH(FlexForwardF64)(problem, out, lse);
 }
 
 }  // namespace qkv::kernels::cpu

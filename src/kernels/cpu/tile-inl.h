@@ -1,10 +1,10 @@
 // Per-tile pieces shared by the fused forward and backward: the score tile with its mods and
 // mask, the dropout factors, and the row operations of the softmax. Per-target include guard.
-#if defined(QKV_KERNELS_CPU_TILE_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef QKV_KERNELS_CPU_TILE_INL_H_
-#undef QKV_KERNELS_CPU_TILE_INL_H_
+#if defined(QKV_KERNELSCPU_TILE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_KERNELSCPU_TILE_INL_H_
+#undef QKV_KERNELSCPU_TILE_INL_H_
 #else
-#define QKV_KERNELS_CPU_TILE_INL_H_
+#define QKV_KERNELSCPU_TILE_INL_H_
 #endif
 
 #include <algorithm>
@@ -13,7 +13,6 @@
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
-#include "kernels/cpu/block_mask.hpp"
 #include "kernels/cpu/tile_traits.hpp"
 #include "kernels/problem.hpp"
 #include "qkv/philox.hpp"
@@ -25,22 +24,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 constexpr std::int64_t kBk = TileTraits::kBlockK;
 
 // Sets the entries of x [kBk], row i of a tile of keys [j0, j0 + cols) of head h of batch b, that
-// the mask drops to `value`, and the padding past cols too. Lengths, causal and window keep one
-// interval of keys per row (key_range of the row alone); only a keep-mask tensor needs the mask
-// element by element.
-template <class T>
-void mask_row(const BuiltinMask& mask, std::int64_t b, std::int64_t h, std::int64_t i,
-              std::int64_t j0, std::int64_t cols, T value, T* x) {
-  const Range keys = key_range(mask, b, i, i + 1);
-  const std::int64_t keep_lo = std::clamp<std::int64_t>(keys.lo - j0, 0, cols);
-  const std::int64_t keep_hi = std::clamp<std::int64_t>(keys.hi - j0, keep_lo, cols);
-  std::fill(x, x + keep_lo, value);
-  if (mask.keep) {
-    for (std::int64_t c = keep_lo; c < keep_hi; ++c) {
-      if (mask.keep(b, h, i, j0 + c) == 0) x[c] = value;
-    }
-  }
-  std::fill(x + keep_hi, x + kBk, value);
+// the mask drops to `value`, and the padding past cols too. The mod's drop_row fills whole key
+// intervals where it has them (the built-in options) and runs the mod inlined over the row
+// otherwise (flex_attention's mods, through one call per row).
+template <class M, class T>
+void mask_row(const M& mask, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+              std::int64_t cols, T value, T* x) {
+  mask.drop_row(b, h, i, j0, cols, value, x);
+  std::fill(x + cols, x + kBk, value);
 }
 
 // s [kBk] <- c tanh(s / c) and, with grad, grad [kBk] <- its derivative 1 - tanh^2(s / c): what
@@ -96,31 +87,45 @@ void soft_cap_row(T cap, T* s, T* grad) {
   }
 }
 
+// Row i of the score tile, s [kBk] with keys j0 + c, c < cols: s <- score_mod(s) and, with
+// grad, grad <- ds'/ds. The built-in options: the cap in f64 lanes, bias and ALiBi added (ds'/ds
+// is the cap's; grad is only asked for with the cap on).
+template <class T>
+void score_row(const BuiltinScore<T>& mod, std::int64_t b, std::int64_t h, std::int64_t i,
+               std::int64_t j0, std::int64_t cols, T* s, T* grad) {
+  if (mod.softcap > 0) soft_cap_row(mod.softcap, s, grad);
+  if (mod.bias || mod.alibi_slopes != nullptr) {
+    for (std::int64_t c = 0; c < cols; ++c) s[c] = mod.shift(s[c], b, h, i, j0 + c);
+  }
+}
+// Any other mod does its own row (flex_attention's: the user's mod inlined, on dual numbers for
+// grad).
+template <class M, class T>
+void score_row(const M& mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+               std::int64_t cols, T* s, T* grad) {
+  mod.apply_row(b, h, i, j0, cols, s, grad);
+}
+
 // S [rows, kBk] holds the scores scale * q_i . k_j of keys j0 + c (the kernels multiply Q by the
 // scale before the product: see scale_rows). Turns them into s' = score_mod(s) where the mask
 // keeps (i0 + r, j0 + c) and c < cols, -inf elsewhere: whatever the dropped entries held (a NaN
-// from a key past the lengths, say) is overwritten, never used. With grad, also writes ds'/ds, 0
-// where the mask drops (only needed, and only called, when soft-capping is on: bias and ALiBi
-// add to s', so ds'/ds is the cap's).
-template <class T>
-void score_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
-                std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind, T* S,
-                T* grad) {
-  const BuiltinScore<T>& mod = p.score_mod;
-  const bool has_shift = mod.bias || mod.alibi_slopes != nullptr;
+// from a key past the lengths, say) is overwritten, never used. Row r belongs to the block
+// mask's q-block r / kBlockQ of the tile, whose kind is kinds[r / kBlockQ]: full tiles skip the
+// mask. With grad, also writes ds'/ds, 0 where the mask drops (only asked for when the mod has a
+// slope).
+template <class T, class ScoreMod, class MaskMod>
+void score_tile(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
+                std::int64_t rows, std::int64_t j0, std::int64_t cols, const TileKind* kinds,
+                T* S, T* grad) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   for (std::int64_t r = 0; r < rows; ++r) {
     T* s = S + r * kBk;
     const std::int64_t i = i0 + r;
-    if (mod.softcap > 0) {
-      soft_cap_row(mod.softcap, s, grad != nullptr ? grad + r * kBk : static_cast<T*>(nullptr));
-    }
-    if (has_shift) {
-      for (std::int64_t c = 0; c < cols; ++c) s[c] = mod.shift(s[c], b, h, i, j0 + c);
-    }
-    if (kind == TileKind::partial) {
+    T* g = grad != nullptr ? grad + r * kBk : static_cast<T*>(nullptr);
+    score_row(p.score_mod, b, h, i, j0, cols, s, g);
+    if (kinds[r / TileTraits::kBlockQ] != TileKind::full) {
       mask_row(p.mask_mod, b, h, i, j0, cols, kNegInf, s);
-      if (grad != nullptr) mask_row(p.mask_mod, b, h, i, j0, cols, T(0), grad + r * kBk);
+      if (g != nullptr) mask_row(p.mask_mod, b, h, i, j0, cols, T(0), g);
     } else {
       std::fill(s + cols, s + kBk, kNegInf);
     }
@@ -168,8 +173,8 @@ void scale_rows(const T* src, std::int64_t ld, std::int64_t rows, std::int64_t d
 
 // Z [rows, kBk]: the dropout factor of (i0 + r, j0 + c), 0 or 1 / (1 - p). j0 is a multiple of
 // 4, so each Philox call serves four consecutive keys.
-template <class T>
-void dropout_tile(const Problem<T>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
+template <class T, class ScoreMod, class MaskMod>
+void dropout_tile(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
                   std::int64_t rows, std::int64_t j0, std::int64_t cols, T* Z) {
   const DropoutParams& dropout = p.dropout;
   const T kept = static_cast<T>(1.0 / (1.0 - dropout.p));
@@ -314,4 +319,4 @@ void scale_row(T* x, std::int64_t count, T factor) {
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
-#endif  // QKV_KERNELS_CPU_TILE_INL_H_
+#endif  // QKV_KERNELSCPU_TILE_INL_H_

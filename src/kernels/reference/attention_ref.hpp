@@ -10,7 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/dual.hpp"
+#include "qkv/dual.hpp"
+#include "kernels/mods.hpp"
 #include "kernels/params.hpp"
 #include "qkv/philox.hpp"
 
@@ -145,7 +146,7 @@ void attention_fwd_ref(const Dims& d, const T* q, const T* k, const T* v, T scal
         for (std::int64_t j = 0; j < d.Tk; ++j) sum += kept[j] ? std::exp(s[j] - m) : T(0);
         const T row_lse = m + std::log(sum);
         lse[lse_index(d, b, h, i)] = row_lse;
-        probability_row(s.data(), kept.get(), d.Tk, row_lse, score_mod.softcap > 0, p.data());
+        probability_row(s.data(), kept.get(), d.Tk, row_lse, renormalizes(score_mod), p.data());
         if (wi) {
           for (std::int64_t j = 0; j < d.Tk; ++j) wi[j] = p[j];
         }
@@ -184,7 +185,7 @@ void attention_bwd_ref(const Dims& d, const T* q, const T* k, const T* v, const 
         const T row_lse = lse[lse_index(d, b, h, i)];
         if (row_lse == -std::numeric_limits<T>::infinity()) continue;  // zero gradients
         score_row(d, q, k, scale, score_mod, mask_mod, b, h, i, s.data(), kept.get());
-        probability_row(s.data(), kept.get(), d.Tk, row_lse, score_mod.softcap > 0, prob.data());
+        probability_row(s.data(), kept.get(), d.Tk, row_lse, renormalizes(score_mod), prob.data());
         const T* qi = q + qo_row(d, b, i, h) * d.D;
         const T* doi = dout + qo_row(d, b, i, h) * d.Dv;
         const T* oi = out + qo_row(d, b, i, h) * d.Dv;
@@ -203,7 +204,7 @@ void attention_bwd_ref(const Dims& d, const T* q, const T* k, const T* v, const 
           // dP_ij = z_ij (dO_i . v_j); dS_ij = P_ij (dP_ij - D_i). With soft-capping, where P_ij >
           // 1/2 (one key at most per row) and dS_ij is finite, the difference is formed first.
           T ds = p * (z * dot(doi, vj, d.Dv) - delta);
-          if (score_mod.softcap > 0 && p > T(0.5) && std::isfinite(ds)) {
+          if (renormalizes(score_mod) && p > T(0.5) && std::isfinite(ds)) {
             ds = p * dp_minus_delta(doi, vj, z, oi, d.Dv);
           }
           if (dbias != nullptr) dbias[dbias_index.offset(b, h, i, j)] += ds;

@@ -1,0 +1,393 @@
+#pragma once
+
+// Mask mods: which keys each query keeps. A mask mod is any callable
+//
+//   bool mod(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j)  // true = keep
+//
+// (FlexAttention's mask_mod). create_block_mask (qkv/block_mask.hpp) evaluates it once per shape
+// to mark each (q-block, k-block) tile empty, partial or full; the fused kernel skips empty tiles
+// and calls the mod element by element only in partial ones. A mod may say more about itself, and
+// the block mask then needs no element walk:
+//
+//   KeyRange keys(b, h, i) const               row i keeps exactly the keys [lo, hi)
+//   void classify_row(b, h, i0, i1, Tk, bk, const TileKind* only, TileKind* kinds) const
+//       the kinds of the tiles rows [i0, i1) x keys [kb bk, min((kb + 1) bk, Tk)) for every
+//       k-block kb; where only is not null, tiles with only[kb] == empty may be left empty
+//       unexamined. Kinds are exact: and_masks and or_masks walk the elements of the tiles where
+//       both parts are partial.
+//
+// The mods below have those closed forms; user lambdas are walked element by element, once.
+// Compose with and_masks / or_masks. Each rule is written once here, and the built-in options,
+// the reference, the block mask, the decomposed autograd path and the tests all call it.
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace qkv {
+
+enum class TileKind : std::uint8_t { empty, partial, full };
+
+// Keys [lo, hi).
+struct KeyRange {
+  std::int64_t lo = 0;
+  std::int64_t hi = 0;
+  bool empty() const noexcept { return lo >= hi; }
+  bool contains(std::int64_t j) const noexcept { return lo <= j && j < hi; }
+};
+
+inline KeyRange intersect(KeyRange a, KeyRange b) noexcept {
+  return {std::max(a.lo, b.lo), std::min(a.hi, b.hi)};
+}
+
+namespace masks {
+
+inline constexpr std::int64_t kUnbounded = std::int64_t{1} << 62;
+
+// The rules, as key intervals of row i. offset moves the diagonal: key i + offset is row i's
+// (0: top-left aligned; tk - tq: bottom-right aligned, the last query on the last key).
+// Causal: j <= i + offset.
+constexpr KeyRange causal_keys(std::int64_t i, std::int64_t offset) noexcept {
+  return {0, i + offset + 1};
+}
+// A band around the diagonal: i + offset - left <= j <= i + offset + right (-1: unbounded side).
+constexpr KeyRange window_keys(std::int64_t i, std::int64_t offset, std::int64_t left,
+                               std::int64_t right) noexcept {
+  return {left < 0 ? 0 : i + offset - left, right < 0 ? kUnbounded : i + offset + right + 1};
+}
+// Prefix-LM: the first `prefix` keys are seen by every row, the rest causally (j < prefix or j <=
+// i).
+constexpr KeyRange prefix_lm_keys(std::int64_t i, std::int64_t prefix) noexcept {
+  return {0, std::max(prefix, i + 1)};
+}
+
+// Is mod M one with exact key intervals, or its own row classifier?
+template <class M>
+concept HasKeys = requires(const M& m, std::int64_t x) {
+  { m.keys(x, x, x) } -> std::convertible_to<KeyRange>;
+};
+template <class M>
+concept HasClassifyRow = requires(const M& m, std::int64_t x, const TileKind* only, TileKind* k) {
+  m.classify_row(x, x, x, x, x, x, only, k);
+};
+
+// The kind of a tile from its rows' key intervals.
+template <class M>
+TileKind tile_from_keys(const M& m, std::int64_t b, std::int64_t h, std::int64_t i0,
+                        std::int64_t i1, std::int64_t j0, std::int64_t j1) {
+  bool any = false, all = true;
+  for (std::int64_t i = i0; i < i1; ++i) {
+    const KeyRange r = m.keys(b, h, i);
+    const KeyRange in = intersect(r, {j0, j1});
+    any = any || !in.empty();
+    all = all && r.lo <= j0 && r.hi >= j1;
+  }
+  return all ? TileKind::full : any ? TileKind::partial : TileKind::empty;
+}
+
+// The kind of a tile by evaluating the mod on every element (stops once it saw both).
+template <class M>
+TileKind tile_by_elements(const M& m, std::int64_t b, std::int64_t h, std::int64_t i0,
+                          std::int64_t i1, std::int64_t j0, std::int64_t j1) {
+  bool kept = false, dropped = false;
+  for (std::int64_t i = i0; i < i1; ++i) {
+    for (std::int64_t j = j0; j < j1; ++j) {
+      if (m(b, h, i, j)) {
+        kept = true;
+      } else {
+        dropped = true;
+      }
+      if (kept && dropped) return TileKind::partial;
+    }
+  }
+  return kept ? TileKind::full : TileKind::empty;
+}
+
+// kinds [ceil(Tk / bk)]: the tiles rows [i0, i1) x each k-block of bk keys, by the best means
+// the mod offers. Interval mods take O(rows + k-blocks): each row adds its interval to a
+// difference array of touched and of covered k-blocks.
+template <class M>
+void classify_row(const M& m, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
+                  std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) {
+  const std::int64_t k_blocks = (Tk + bk - 1) / bk;
+  if constexpr (HasClassifyRow<M>) {
+    m.classify_row(b, h, i0, i1, Tk, bk, only, kinds);
+  } else if constexpr (HasKeys<M>) {
+    std::vector<std::int64_t> touched(k_blocks + 1, 0), covered(k_blocks + 1, 0);
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const KeyRange r = intersect(m.keys(b, h, i), {0, Tk});
+      if (r.empty()) continue;
+      ++touched[r.lo / bk];
+      --touched[(r.hi - 1) / bk + 1];
+      const std::int64_t first = (r.lo + bk - 1) / bk;    // first k-block starting at or after lo
+      const std::int64_t last = r.hi == Tk ? k_blocks : r.hi / bk;  // k-blocks ending by hi
+      if (first < last) {
+        ++covered[first];
+        --covered[last];
+      }
+    }
+    std::int64_t t = 0, c = 0;
+    for (std::int64_t kb = 0; kb < k_blocks; ++kb) {
+      t += touched[kb];
+      c += covered[kb];
+      kinds[kb] = c == i1 - i0 ? TileKind::full : t > 0 ? TileKind::partial : TileKind::empty;
+    }
+  } else {
+    for (std::int64_t kb = 0; kb < k_blocks; ++kb) {
+      kinds[kb] = only != nullptr && only[kb] == TileKind::empty
+                      ? TileKind::empty
+                      : tile_by_elements(m, b, h, i0, i1, kb * bk, std::min((kb + 1) * bk, Tk));
+    }
+  }
+}
+
+// Keep where both keep. Exact intervals when both parts have them.
+template <class A, class B>
+struct And {
+  A first;
+  B second;
+  bool operator()(std::int64_t n, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return first(n, h, i, j) && second(n, h, i, j);
+  }
+  KeyRange keys(std::int64_t n, std::int64_t h, std::int64_t i) const
+    requires(HasKeys<A> && HasKeys<B>)
+  {
+    return intersect(first.keys(n, h, i), second.keys(n, h, i));
+  }
+  void classify_row(std::int64_t n, std::int64_t h, std::int64_t i0, std::int64_t i1,
+                    std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const
+    requires(!(HasKeys<A> && HasKeys<B>))
+  {
+    const std::int64_t k_blocks = (Tk + bk - 1) / bk;
+    std::vector<TileKind> other(k_blocks);
+    // The cheaper-to-classify part first; the other is examined only where it left tiles.
+    if constexpr (!HasKeys<A> && !HasClassifyRow<A> && (HasKeys<B> || HasClassifyRow<B>)) {
+      masks::classify_row(second, n, h, i0, i1, Tk, bk, only, kinds);
+      masks::classify_row(first, n, h, i0, i1, Tk, bk, kinds, other.data());
+    } else {
+      masks::classify_row(first, n, h, i0, i1, Tk, bk, only, kinds);
+      masks::classify_row(second, n, h, i0, i1, Tk, bk, kinds, other.data());
+    }
+    for (std::int64_t kb = 0; kb < k_blocks; ++kb) {
+      const TileKind x = kinds[kb], y = other[kb];
+      kinds[kb] = x == TileKind::empty || y == TileKind::empty ? TileKind::empty
+                  : x == TileKind::full                        ? y
+                  : y == TileKind::full                        ? x
+                  // Both partial: their kept keys may miss each other; the walk settles it.
+                  : tile_by_elements(*this, n, h, i0, i1, kb * bk, std::min((kb + 1) * bk, Tk));
+    }
+  }
+};
+
+// Keep where either keeps.
+template <class A, class B>
+struct Or {
+  A first;
+  B second;
+  bool operator()(std::int64_t n, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return first(n, h, i, j) || second(n, h, i, j);
+  }
+  void classify_row(std::int64_t n, std::int64_t h, std::int64_t i0, std::int64_t i1,
+                    std::int64_t Tk, std::int64_t bk, const TileKind* only,
+                    TileKind* kinds) const {
+    const std::int64_t k_blocks = (Tk + bk - 1) / bk;
+    std::vector<TileKind> other(k_blocks);
+    masks::classify_row(first, n, h, i0, i1, Tk, bk, only, kinds);
+    masks::classify_row(second, n, h, i0, i1, Tk, bk, only, other.data());
+    for (std::int64_t kb = 0; kb < k_blocks; ++kb) {
+      const TileKind x = kinds[kb], y = other[kb];
+      kinds[kb] = x == TileKind::full || y == TileKind::full ? TileKind::full
+                  : x == TileKind::empty                     ? y
+                  : y == TileKind::empty                     ? x
+                  // Both partial: together they may keep every key; the walk settles it.
+                  : tile_by_elements(*this, n, h, i0, i1, kb * bk, std::min((kb + 1) * bk, Tk));
+    }
+  }
+};
+
+}  // namespace masks
+
+// and_masks(m1, m2, ...): keep where every mod keeps; or_masks: where any keeps.
+template <class A, class B>
+masks::And<A, B> and_masks(A a, B b) {
+  return {std::move(a), std::move(b)};
+}
+template <class A, class B, class C, class... Rest>
+auto and_masks(A a, B b, C c, Rest... rest) {
+  return and_masks(and_masks(std::move(a), std::move(b)), std::move(c), std::move(rest)...);
+}
+template <class A, class B>
+masks::Or<A, B> or_masks(A a, B b) {
+  return {std::move(a), std::move(b)};
+}
+template <class A, class B, class C, class... Rest>
+auto or_masks(A a, B b, C c, Rest... rest) {
+  return or_masks(or_masks(std::move(a), std::move(b)), std::move(c), std::move(rest)...);
+}
+
+namespace masks {
+
+// Keeps every key.
+struct Full {
+  bool operator()(std::int64_t, std::int64_t, std::int64_t, std::int64_t) const { return true; }
+  KeyRange keys(std::int64_t, std::int64_t, std::int64_t) const { return {0, kUnbounded}; }
+};
+
+// j <= i + offset: offset 0 is top-left aligned; causal_lower_right(Tq, Tk) is bottom-right.
+struct Causal {
+  std::int64_t offset = 0;
+  bool operator()(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) const {
+    return causal_keys(i, offset).contains(j);
+  }
+  KeyRange keys(std::int64_t, std::int64_t, std::int64_t i) const {
+    return causal_keys(i, offset);
+  }
+};
+inline Causal causal() { return {0}; }
+inline Causal causal_lower_right(std::int64_t Tq, std::int64_t Tk) { return {Tk - Tq}; }
+
+// Longformer's local band: i + offset - left <= j <= i + offset + right; -1 leaves a side open.
+struct SlidingWindow {
+  std::int64_t left = -1, right = -1, offset = 0;
+  bool operator()(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) const {
+    return window_keys(i, offset, left, right).contains(j);
+  }
+  KeyRange keys(std::int64_t, std::int64_t, std::int64_t i) const {
+    return window_keys(i, offset, left, right);
+  }
+};
+inline SlidingWindow sliding_window(std::int64_t left, std::int64_t right,
+                                    std::int64_t offset = 0) {
+  return {left, right, offset};
+}
+
+// Key padding: batch b keeps keys [0, lengths[b]) (one length broadcasts over the batch).
+struct KeyLengths {
+  std::shared_ptr<const std::vector<std::int64_t>> lengths;
+  std::int64_t of(std::int64_t b) const {
+    return (*lengths)[lengths->size() == 1 ? 0 : static_cast<std::size_t>(b)];
+  }
+  bool operator()(std::int64_t b, std::int64_t, std::int64_t, std::int64_t j) const {
+    return j < of(b);
+  }
+  KeyRange keys(std::int64_t b, std::int64_t, std::int64_t) const { return {0, of(b)}; }
+};
+KeyLengths key_lengths(std::vector<std::int64_t> lengths);
+
+// Prefix-LM (T5, UniLM): batch b's first prefix[b] keys bidirectional, the rest causal.
+struct PrefixLM {
+  std::shared_ptr<const std::vector<std::int64_t>> prefix;
+  std::int64_t of(std::int64_t b) const {
+    return (*prefix)[prefix->size() == 1 ? 0 : static_cast<std::size_t>(b)];
+  }
+  bool operator()(std::int64_t b, std::int64_t, std::int64_t i, std::int64_t j) const {
+    return prefix_lm_keys(i, of(b)).contains(j);
+  }
+  KeyRange keys(std::int64_t b, std::int64_t, std::int64_t i) const {
+    return prefix_lm_keys(i, of(b));
+  }
+};
+PrefixLM prefix_lm(std::vector<std::int64_t> prefix_lengths);
+
+// Block-diagonal masking of packed sequences: query i keeps the keys of its own document.
+// ids [B * T] or [T] (one row for every batch): each document's tokens contiguous (a document id
+// may not come back after another), else qkv::Error. Rows and keys past T keep nothing.
+struct Document {
+  struct Runs {
+    std::int64_t batches = 1, T = 0;
+    std::vector<std::int64_t> ids, start, end;  // per position: its document's [start, end)
+  };
+  std::shared_ptr<const Runs> runs;
+  bool operator()(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return keys(b, h, i).contains(j);
+  }
+  KeyRange keys(std::int64_t b, std::int64_t, std::int64_t i) const {
+    if (i >= runs->T) return {0, 0};
+    const std::size_t at = static_cast<std::size_t>((runs->batches == 1 ? 0 : b) * runs->T + i);
+    return {runs->start[at], runs->end[at]};
+  }
+};
+Document document(std::vector<std::int64_t> ids, std::int64_t batches = 1);
+
+// Global tokens (Longformer): the listed positions attend everywhere and are attended by all.
+struct GlobalTokens {
+  std::shared_ptr<const std::vector<std::int64_t>> count;  // count[n]: global positions < n
+  std::int64_t below(std::int64_t n) const {
+    return (*count)[static_cast<std::size_t>(std::clamp<std::int64_t>(
+        n, 0, static_cast<std::int64_t>(count->size()) - 1))];
+  }
+  bool global(std::int64_t x) const { return below(x + 1) > below(x); }
+  bool operator()(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) const {
+    return global(i) || global(j);
+  }
+  void classify_row(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
+                    std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const;
+};
+GlobalTokens global_tokens(std::vector<std::int64_t> positions);
+
+// Longformer: a symmetric band |i - j| <= window plus global tokens.
+inline auto longformer(std::int64_t window, std::vector<std::int64_t> global) {
+  return or_masks(sliding_window(window, window), global_tokens(std::move(global)));
+}
+
+// A layout of blocks: key block jb is kept for query block ib when layout(ib, jb). Tiles are
+// classified from the layout cells they cover.
+struct BlockLayout {
+  struct Cells {
+    std::int64_t block = 0, q_blocks = 0, k_blocks = 0, heads = 1;
+    std::vector<std::uint8_t> keep;  // [heads, q_blocks, k_blocks]
+  };
+  std::shared_ptr<const Cells> cells;
+  bool cell(std::int64_t h, std::int64_t ib, std::int64_t jb) const {
+    const Cells& c = *cells;
+    if (ib >= c.q_blocks || jb >= c.k_blocks) return false;
+    return c.keep[static_cast<std::size_t>(((h % c.heads) * c.q_blocks + ib) * c.k_blocks + jb)];
+  }
+  bool operator()(std::int64_t, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return cell(h, i / cells->block, j / cells->block);
+  }
+  void classify_row(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
+                    std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const;
+};
+// layout [q_blocks * k_blocks] (row-major, nonzero = keep) of blocks of `block` tokens.
+BlockLayout from_block_layout(std::vector<std::uint8_t> layout, std::int64_t q_blocks,
+                              std::int64_t k_blocks, std::int64_t block);
+
+// BigBird (Zaheer et al. 2020) on blocks of `block` tokens, for Tq x Tk: query block ib keeps
+// key blocks |ib - jb| <= window_blocks / 2, the first global_blocks key blocks (and the first
+// global_blocks query blocks keep every key), and random_blocks further key blocks drawn per
+// (head, query block) from Philox keyed by seed, among those the others leave. heads: how many
+// heads draw their own random blocks (head h uses draw h % heads).
+BlockLayout bigbird(std::int64_t block, std::int64_t window_blocks, std::int64_t global_blocks,
+                    std::int64_t random_blocks, std::uint64_t seed, std::int64_t Tq,
+                    std::int64_t Tk, std::int64_t heads = 1);
+
+// Sparse Transformer, strided (Child et al. 2019): causal, keeping the previous `stride` keys and
+// every stride-th key before them: 0 <= i - j and (i - j < stride or (i - j) % stride == 0).
+struct Strided {
+  std::int64_t stride = 1;
+  bool operator()(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) const {
+    const std::int64_t d = i - j;
+    return d >= 0 && (d < stride || d % stride == 0);
+  }
+  void classify_row(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
+                    std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const;
+};
+Strided strided(std::int64_t stride);
+
+// Sparse Transformer, fixed: causal, keeping the keys of the query's own block of `block` tokens
+// and the last `summary` keys of every block: j <= i and (j / block == i / block or j % block >=
+// block - summary).
+struct Fixed {
+  std::int64_t block = 1, summary = 0;
+  bool operator()(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) const {
+    return j <= i && (j / block == i / block || j % block >= block - summary);
+  }
+};
+Fixed fixed(std::int64_t block, std::int64_t summary);
+
+}  // namespace masks
+}  // namespace qkv

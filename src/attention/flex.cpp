@@ -1,0 +1,163 @@
+// flex_attention's entry points: the same validation, backends and empty problems as
+// attention_forward/backward, with the caller's mods (through their function pointers) and block
+// mask in the problem.
+#include "qkv/flex.hpp"
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "attention/common.hpp"
+#include "attention/validate.hpp"
+#include "core/thread_budget.hpp"
+#include "kernels/cpu/entry.hpp"
+#include "kernels/flex_mods.hpp"
+#include "kernels/reference/entry.hpp"
+#include "qkv/error.hpp"
+#include "qkv/system.hpp"
+
+namespace qkv::detail {
+namespace {
+
+using attention::dtype_of;
+
+AttentionOptions as_options(const FlexOptions& f) {
+  AttentionOptions o;
+  o.scale = f.scale;
+  o.dropout_p = f.dropout_p;
+  o.seed = f.seed;
+  o.offset = f.offset;
+  o.backend = f.backend;
+  return o;
+}
+
+// The block mask for these shapes: the caller's, checked, or one that keeps every key.
+BlockMask blocks_for(const BlockMask& given, const kernels::Dims& d) {
+  if (!given.defined()) return create_block_mask(masks::Full{}, 1, 1, d.Tq, d.Tk);
+  const auto expect = [](std::int64_t got, std::int64_t want, bool broadcast, const char* what) {
+    if (got == want || (broadcast && got == 1)) return;
+    throw Error(std::string("block_mask: ") + what,
+                std::to_string(want) + (broadcast ? " or 1" : "") + " (from q, k)",
+                std::to_string(got));
+  };
+  expect(given.batches(), d.B, true, "batches");
+  expect(given.heads(), d.Hq, true, "heads");
+  expect(given.q_len(), d.Tq, false, "Tq");
+  expect(given.kv_len(), d.Tk, false, "Tk");
+  return given;
+}
+
+template <class T>
+struct FlexPrepared {
+  Tensor q, k, v;
+  kernels::FlexProblem<T> problem;
+
+  FlexPrepared(const kernels::Dims& dims, const Tensor& q_in, const Tensor& k_in,
+               const Tensor& v_in, const ErasedScore* score, const BlockMask& blocks,
+               const FlexOptions& options)
+      : q(q_in.to(dtype_of<T>()).contiguous()),
+        k(k_in.to(dtype_of<T>()).contiguous()),
+        v(v_in.to(dtype_of<T>()).contiguous()) {
+    kernels::FlexProblem<T>& p = problem;
+    p.dims = dims;
+    p.q = static_cast<const T*>(q.data());
+    p.k = static_cast<const T*>(k.data());
+    p.v = static_cast<const T*>(v.data());
+    p.scale = static_cast<T>(options.scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.D))));
+    p.score_mod.erased = score;
+    p.mask_mod.erased = &blocks.data().mask;
+    p.blocks = &blocks.data();
+    p.dropout = {options.dropout_p, options.seed, options.offset};
+  }
+};
+
+template <class T>
+void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
+                const ErasedScore* score, const BlockMask& blocks, const FlexOptions& options,
+                AttentionOutput& result) {
+  const FlexPrepared<T> prepared(dims, q, k, v, score, blocks, options);
+  Tensor out = Tensor::empty(attention::out_shape(dims), dtype_of<T>());
+  Tensor lse = Tensor::empty(attention::lse_shape(dims), dtype_of<T>());
+  if (attention::use_reference(options.backend)) {
+    kernels::reference::forward(prepared.problem, static_cast<T*>(out.data()),
+                                static_cast<T*>(lse.data()), static_cast<T*>(nullptr));
+  } else {
+    const ThreadShare threads(num_threads());
+    kernels::cpu::forward(prepared.problem, static_cast<T*>(out.data()),
+                          static_cast<T*>(lse.data()));
+  }
+  result.out.copy_from(out);
+  result.lse.copy_from(lse);
+}
+
+template <class T>
+void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q, const Tensor& k,
+                 const Tensor& v, const Tensor& out, const Tensor& lse, const ErasedScore* score,
+                 const BlockMask& blocks, const FlexOptions& options, AttentionGrads& grads) {
+  const FlexPrepared<T> prepared(dims, q, k, v, score, blocks, options);
+  const Tensor dout_t = dout.to(dtype_of<T>()).contiguous();
+  const Tensor out_t = out.to(dtype_of<T>()).contiguous();
+  const Tensor lse_t = lse.to(dtype_of<T>()).contiguous();
+  Tensor dq = Tensor::empty({dims.B, dims.Tq, dims.Hq, dims.D}, dtype_of<T>());
+  Tensor dk = Tensor::empty({dims.B, dims.Tk, dims.Hk, dims.D}, dtype_of<T>());
+  Tensor dv = Tensor::empty({dims.B, dims.Tk, dims.Hk, dims.Dv}, dtype_of<T>());
+  const bool reference = attention::use_reference(options.backend);
+  const ThreadShare threads(reference ? 1 : num_threads());
+  const auto run = [&](auto backward) {
+    backward(prepared.problem, static_cast<const T*>(out_t.data()),
+             static_cast<const T*>(lse_t.data()), static_cast<const T*>(dout_t.data()),
+             static_cast<T*>(dq.data()), static_cast<T*>(dk.data()), static_cast<T*>(dv.data()),
+             static_cast<T*>(nullptr), kernels::Broadcast4<T>{});
+  };
+  if (reference) {
+    run([](const auto&... a) { kernels::reference::backward(a...); });
+  } else {
+    run([](const auto&... a) { kernels::cpu::backward(a...); });
+  }
+  grads.dq.copy_from(dq);
+  grads.dk.copy_from(dk);
+  grads.dv.copy_from(dv);
+}
+
+}  // namespace
+
+AttentionOutput flex_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const ErasedScore* score, const BlockMask& block_mask,
+                             const FlexOptions& options) {
+  const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
+  const BlockMask blocks = blocks_for(block_mask, dims);
+  AttentionOutput result{Tensor::empty(attention::out_shape(dims), q.dtype()),
+                         Tensor::empty(attention::lse_shape(dims), attention::lse_dtype(q.dtype()))};
+  if (attention::empty_problem(dims)) {
+    result.out.fill(0.0);
+    result.lse.fill(-std::numeric_limits<double>::infinity());
+  } else if (q.dtype() == DType::f64) {
+    forward_as<double>(dims, q, k, v, score, blocks, options, result);
+  } else {
+    forward_as<float>(dims, q, k, v, score, blocks, options, result);
+  }
+  return result;
+}
+
+AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& out, const Tensor& lse,
+                             const ErasedScore* score, const BlockMask& block_mask,
+                             const FlexOptions& options) {
+  const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
+  attention::expect_tensor(dout, "dout", attention::out_shape(dims), q.dtype());
+  attention::expect_tensor(out, "out", attention::out_shape(dims), q.dtype());
+  attention::expect_tensor(lse, "lse", attention::lse_shape(dims),
+                           attention::lse_dtype(q.dtype()));
+  const BlockMask blocks = blocks_for(block_mask, dims);
+  AttentionGrads grads{Tensor::zeros(q.shape(), q.dtype()), Tensor::zeros(k.shape(), k.dtype()),
+                       Tensor::zeros(v.shape(), v.dtype()), Tensor()};
+  if (attention::empty_problem(dims)) return grads;
+  if (q.dtype() == DType::f64) {
+    backward_as<double>(dims, dout, q, k, v, out, lse, score, blocks, options, grads);
+  } else {
+    backward_as<float>(dims, dout, q, k, v, out, lse, score, blocks, options, grads);
+  }
+  return grads;
+}
+
+}  // namespace qkv::detail

@@ -1,0 +1,431 @@
+// flex_attention and block masks: every predefined mask mod's closed-form tile kinds against an
+// element walk of the same mod; flex_attention (fused) against the reference given the mod's
+// dense mask as a keep-mask tensor, forward and backward, in f64 to rounding and in f32 by the
+// fused suite's rule; score mods against the built-in options and finite differences; the tiles
+// the kernel skipped counted against the block mask; user lambdas against built-ins bitwise.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <mutex>
+#include <qkv/qkv.hpp>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace qkv::testing {
+namespace {
+
+// A mask mod under test, erased to a block-mask factory for the given sizes.
+struct MaskCase {
+  std::string name;
+  std::function<BlockMask(std::int64_t B, std::int64_t H, std::int64_t Tq, std::int64_t Tk)> make;
+  // The same mod's kinds by the element walk, for tile (b, h, i0, i1, j0, j1).
+  std::function<TileKind(std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                         std::int64_t)>
+      walk;
+  bool square_only = false;  // documents: one id per position, Tq = Tk
+};
+
+template <class M>
+MaskCase mask_case(std::string name, M mod, bool square_only = false) {
+  return {std::move(name),
+          [mod](std::int64_t B, std::int64_t H, std::int64_t Tq, std::int64_t Tk) {
+            return create_block_mask(mod, B, H, Tq, Tk);
+          },
+          [mod](std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1, std::int64_t j0,
+                std::int64_t j1) { return masks::tile_by_elements(mod, b, h, i0, i1, j0, j1); },
+          square_only};
+}
+
+std::vector<MaskCase> mask_cases(std::int64_t Tq, std::int64_t Tk) {
+  std::vector<std::int64_t> ids;  // three documents in batch 0, two in batch 1
+  for (std::int64_t t = 0; t < Tq; ++t) ids.push_back(t < Tq / 5 ? 4 : t < Tq / 2 ? 9 : 2);
+  for (std::int64_t t = 0; t < Tq; ++t) ids.push_back(t < 2 * Tq / 3 ? 0 : 1);
+  std::vector<std::uint8_t> layout;
+  const std::int64_t block = 40;
+  const std::int64_t qbs = (Tq + block - 1) / block, kbs = (Tk + block - 1) / block;
+  for (std::int64_t n = 0; n < qbs * kbs; ++n) layout.push_back((n * 7 + 3) % 4 != 0);
+  auto lambda = [](std::int64_t, std::int64_t h, std::int64_t i, std::int64_t j) {
+    return i % 7 != 3 && ((i + 2 * j + h) % 3 != 0 || j == 0);  // rows i % 7 == 3 keep nothing
+  };
+  return {
+      mask_case("causal", masks::causal()),
+      mask_case("causal_lower_right", masks::causal_lower_right(Tq, Tk)),
+      mask_case("sliding_window", masks::sliding_window(20, 5)),
+      mask_case("key_lengths", masks::key_lengths({std::min<std::int64_t>(150, Tk), 37})),
+      mask_case("prefix_lm", masks::prefix_lm({30, 100})),
+      mask_case("document", masks::document(ids, 2), true),
+      mask_case("causal_document", and_masks(masks::causal(), masks::document(ids, 2)), true),
+      mask_case("global_tokens", masks::global_tokens({0, 5, 100})),
+      mask_case("longformer", masks::longformer(16, {0, 5, 100})),
+      mask_case("bigbird", masks::bigbird(32, 3, 1, 2, 7, Tq, Tk, 2)),
+      mask_case("strided13", masks::strided(13)),
+      mask_case("strided64", masks::strided(64)),
+      mask_case("fixed", masks::fixed(32, 4)),
+      mask_case("block_layout", masks::from_block_layout(layout, qbs, kbs, block)),
+      mask_case("window_or_strided",
+                or_masks(masks::sliding_window(8, 8), masks::strided(50))),
+      mask_case("lambda", lambda),
+      mask_case("causal_and_lambda", and_masks(masks::causal(), lambda)),
+  };
+}
+
+using Shape2 = std::tuple<std::int64_t, std::int64_t>;
+constexpr Shape2 kShapes[] = {{200, 200}, {130, 260}, {260, 130}, {1, 300}, {70, 9}};
+
+TEST(BlockMask, ClosedFormsMatchTheElementWalk) {
+  for (const auto& [Tq, Tk] : kShapes) {
+    for (const MaskCase& m : mask_cases(Tq, Tk)) {
+      if (m.square_only && Tq != Tk) continue;
+      SCOPED_TRACE(m.name + " Tq " + std::to_string(Tq) + " Tk " + std::to_string(Tk));
+      const BlockMask blocks = m.make(2, 2, Tq, Tk);
+      std::int64_t counts[3] = {0, 0, 0};
+      for (std::int64_t b = 0; b < blocks.batches(); ++b) {
+        for (std::int64_t h = 0; h < blocks.heads(); ++h) {
+          for (std::int64_t qb = 0; qb < blocks.q_blocks(); ++qb) {
+            for (std::int64_t kb = 0; kb < blocks.k_blocks(); ++kb) {
+              const std::int64_t i0 = qb * blocks.block_q(), j0 = kb * blocks.block_k();
+              const TileKind want = m.walk(b, h, i0, std::min(i0 + blocks.block_q(), Tq), j0,
+                                           std::min(j0 + blocks.block_k(), Tk));
+              const TileKind got = blocks.kind(b, h, qb, kb);
+              ++counts[static_cast<int>(got)];
+              ASSERT_EQ(static_cast<int>(got), static_cast<int>(want))
+                  << "b " << b << " h " << h << " qb " << qb << " kb " << kb;
+            }
+          }
+        }
+      }
+      for (const TileKind kind : {TileKind::empty, TileKind::partial, TileKind::full}) {
+        EXPECT_EQ(blocks.count(kind), counts[static_cast<int>(kind)]);
+      }
+    }
+  }
+}
+
+struct Inputs {
+  Tensor q, k, v, dout;
+};
+
+Inputs inputs(std::int64_t B, std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hk,
+              std::int64_t D, DType dtype, std::uint64_t seed) {
+  Generator g(seed);
+  return {Tensor::randn({B, Tq, Hq, D}, g, DType::f64).to(dtype),
+          Tensor::randn({B, Tk, Hk, D}, g, DType::f64).to(dtype),
+          Tensor::randn({B, Tk, Hk, D}, g, DType::f64).to(dtype),
+          Tensor::randn({B, Tq, Hq, D}, g, DType::f64).to(dtype)};
+}
+
+double max_error(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  double worst = 0;
+  for (std::size_t n = 0; n < x.size(); ++n) {
+    if (x[n] == y[n]) continue;
+    const double e = std::fabs(x[n] - y[n]);
+    worst = std::isfinite(e) ? std::max(worst, e) : INFINITY;
+  }
+  return worst;
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (const double x : t.to_vector()) m = std::isfinite(x) ? std::max(m, std::fabs(x)) : m;
+  return m;
+}
+
+struct Results {
+  Tensor out, lse, dq, dk, dv;
+};
+
+Results run_flex(const Inputs& in, const BlockMask& blocks, Backend backend) {
+  FlexOptions o;
+  o.backend = backend;
+  const AttentionOutput f = flex_attention(in.q, in.k, in.v, blocks, o);
+  const AttentionGrads g = flex_attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse,
+                                                   blocks, o);
+  return {f.out, f.lse, g.dq, g.dk, g.dv};
+}
+
+// The built-in path with the block mask's dense mask as a keep-mask tensor.
+Results run_dense(const Inputs& in, const BlockMask& blocks, Backend backend) {
+  AttentionOptions o;
+  o.backend = backend;
+  o.mask = blocks.dense();
+  const AttentionOutput f = attention_forward(in.q, in.k, in.v, o);
+  const AttentionGrads g = attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse, o);
+  return {f.out, f.lse, g.dq, g.dk, g.dv};
+}
+
+constexpr Tensor Results::*kFields[] = {&Results::out, &Results::lse, &Results::dq, &Results::dk,
+                                        &Results::dv};
+constexpr const char* kNames[] = {"out", "lse", "dq", "dk", "dv"};
+
+TEST(FlexAttention, EveryPatternMatchesTheReferenceWithItsDenseMask) {
+  for (const auto& [Tq, Tk] : kShapes) {
+    for (const MaskCase& m : mask_cases(Tq, Tk)) {
+      if (m.square_only && Tq != Tk) continue;
+      SCOPED_TRACE(m.name + " Tq " + std::to_string(Tq) + " Tk " + std::to_string(Tk));
+      const BlockMask blocks = m.make(2, 4, Tq, Tk);
+      // f64: fused flex, the reference flex and the dense built-in reference agree to rounding.
+      const Inputs in = inputs(2, Tq, Tk, 4, 2, 16, DType::f64, 11);
+      const Results oracle = run_dense(in, blocks, Backend::reference);
+      const Results fused = run_flex(in, blocks, Backend::cpu);
+      const Results ref = run_flex(in, blocks, Backend::reference);
+      for (int f = 0; f < 5; ++f) {
+        SCOPED_TRACE(kNames[f]);
+        const double tol = 1e-12 * std::max(1.0, max_abs(oracle.*kFields[f]));
+        EXPECT_LE(max_error(fused.*kFields[f], oracle.*kFields[f]), tol);
+        EXPECT_LE(max_error(ref.*kFields[f], oracle.*kFields[f]), tol);
+      }
+      // f32: the fused flex error against the f64 oracle within 2x (3x for gradients) the
+      // error of the reference run in f32, plus 1e-6 of the largest value.
+      const Inputs in32 = inputs(2, Tq, Tk, 4, 2, 16, DType::f32, 11);
+      const Results fused32 = run_flex(in32, blocks, Backend::cpu);
+      const Results ref32 = run_dense(in32, blocks, Backend::reference);
+      const Inputs wide{in32.q.to(DType::f64), in32.k.to(DType::f64), in32.v.to(DType::f64),
+                        in32.dout.to(DType::f64)};
+      const Results exact = run_dense(wide, blocks, Backend::reference);
+      // The floor is relative to the largest value of the outputs or of the gradients: where
+      // the math cancels (one key kept: dS = 0) the reference is exact by symmetry.
+      const double largest_grad =
+          std::max({max_abs(exact.dq), max_abs(exact.dk), max_abs(exact.dv)});
+      for (int f = 0; f < 5; ++f) {
+        SCOPED_TRACE(kNames[f]);
+        const double slack = (f < 2 ? 2.0 : 3.0) * max_error(ref32.*kFields[f], exact.*kFields[f]);
+        const double floor = 1e-6 * (f < 2 ? max_abs(exact.*kFields[f]) : largest_grad);
+        EXPECT_LE(max_error(fused32.*kFields[f], exact.*kFields[f]), slack + floor);
+      }
+    }
+  }
+}
+
+// A user lambda with the rule of a built-in option takes the same path through the kernel (the
+// block mask's full tiles skip the mask, partial ones drop the same keys): bitwise the same.
+TEST(FlexAttention, LambdaEqualsTheBuiltInBitwise) {
+  for (const auto& [Tq, Tk] : kShapes) {
+    SCOPED_TRACE("Tq " + std::to_string(Tq) + " Tk " + std::to_string(Tk));
+    const Inputs in = inputs(1, Tq, Tk, 4, 4, 32, DType::f32, 5);
+    const std::int64_t offset = Tk - Tq;
+    auto causal = [offset](std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) {
+      return j <= i + offset;
+    };
+    AttentionOptions o;
+    o.causal = Causal::bottom_right;
+    const AttentionOutput builtin = attention_forward(in.q, in.k, in.v, o);
+    const AttentionGrads gb =
+        attention_backward(in.dout, in.q, in.k, in.v, builtin.out, builtin.lse, o);
+    const Results flex = run_flex(in, create_block_mask(causal, 1, 1, Tq, Tk), Backend::cpu);
+    EXPECT_EQ(max_error(flex.out, builtin.out), 0.0);
+    EXPECT_EQ(max_error(flex.lse, builtin.lse), 0.0);
+    EXPECT_EQ(max_error(flex.dq, gb.dq), 0.0);
+    EXPECT_EQ(max_error(flex.dk, gb.dk), 0.0);
+    EXPECT_EQ(max_error(flex.dv, gb.dv), 0.0);
+  }
+}
+
+// Score mods: a generic lambda for ALiBi equals the built-in ALiBi option (f64); a soft cap as a
+// lambda on qkv::tanh equals the built-in cap to rounding.
+TEST(FlexAttention, ScoreModsMatchTheBuiltInOptions) {
+  const std::int64_t Tq = 150, Tk = 170, H = 4;
+  const Inputs in = inputs(2, Tq, Tk, H, 2, 16, DType::f64, 3);
+  std::vector<double> slopes = {0.5, 0.25, 0.125, 0.0625};
+  const std::int64_t offset = Tk - Tq;
+  auto alibi = [slopes, offset](auto s, std::int64_t, std::int64_t h, std::int64_t i,
+                                std::int64_t j) {
+    const std::int64_t distance = i + offset - j;
+    return s - slopes[h] * static_cast<double>(distance < 0 ? -distance : distance);
+  };
+  auto softcap = [](auto s, std::int64_t, std::int64_t, std::int64_t, std::int64_t) {
+    return 2.0 * qkv::tanh(s / 2.0);
+  };
+  const BlockMask causal = create_block_mask(masks::causal_lower_right(Tq, Tk), 1, 1, Tq, Tk);
+  for (int which = 0; which < 2; ++which) {
+    SCOPED_TRACE(which == 0 ? "alibi" : "softcap");
+    AttentionOptions o;
+    o.causal = Causal::bottom_right;
+    if (which == 0) o.alibi_slopes = slopes;
+    if (which == 1) o.softcap = 2.0;
+    o.backend = Backend::reference;
+    const AttentionOutput f = attention_forward(in.q, in.k, in.v, o);
+    const AttentionGrads g = attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse, o);
+    for (const Backend backend : {Backend::cpu, Backend::reference}) {
+      FlexOptions fo;
+      fo.backend = backend;
+      const auto run = [&](auto mod) {
+        const AttentionOutput x = flex_attention(in.q, in.k, in.v, mod, causal, fo);
+        const AttentionGrads y =
+            flex_attention_backward(in.dout, in.q, in.k, in.v, x.out, x.lse, mod, causal, fo);
+        return Results{x.out, x.lse, y.dq, y.dk, y.dv};
+      };
+      const Results r = which == 0 ? run(alibi) : run(softcap);
+      EXPECT_LE(max_error(r.out, f.out), 1e-12);
+      EXPECT_LE(max_error(r.lse, f.lse), 1e-12);
+      EXPECT_LE(max_error(r.dq, g.dq), 1e-11);
+      EXPECT_LE(max_error(r.dk, g.dk), 1e-11);
+      EXPECT_LE(max_error(r.dv, g.dv), 1e-11);
+    }
+  }
+}
+
+// The gradient of flex with a nonlinear score mod against central differences of
+// L = sum(dout * out), in f64, on both backends.
+TEST(FlexAttention, GradientsMatchFiniteDifferences) {
+  const std::int64_t B = 1, Tq = 9, Tk = 11, Hq = 2, Hk = 1, D = 4;
+  const Inputs in = inputs(B, Tq, Tk, Hq, Hk, D, DType::f64, 21);
+  auto mod = [](auto s, std::int64_t, std::int64_t h, std::int64_t i, std::int64_t j) {
+    return 1.5 * qkv::tanh(s / 1.5) * (1.0 + 0.1 * static_cast<double>(h)) +
+           0.05 * static_cast<double>(i - j);
+  };
+  const BlockMask blocks =
+      create_block_mask(masks::sliding_window(4, 2, Tk - Tq), 1, Hq, Tq, Tk);
+  for (const Backend backend : {Backend::cpu, Backend::reference}) {
+    FlexOptions o;
+    o.backend = backend;
+    const AttentionOutput f = flex_attention(in.q, in.k, in.v, mod, blocks, o);
+    const AttentionGrads g =
+        flex_attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse, mod, blocks, o);
+    const auto loss = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+      const Tensor out = flex_attention(q, k, v, mod, blocks, o).out;
+      const std::vector<double> a = out.to_vector(), w = in.dout.to_vector();
+      double sum = 0;
+      for (std::size_t n = 0; n < a.size(); ++n) sum += a[n] * w[n];
+      return sum;
+    };
+    const Tensor* args[] = {&in.q, &in.k, &in.v};
+    const Tensor* grads[] = {&g.dq, &g.dk, &g.dv};
+    for (int a = 0; a < 3; ++a) {
+      const std::vector<double> analytic = grads[a]->to_vector();
+      for (std::int64_t n = 0; n < args[a]->numel(); n += 3) {
+        Tensor plus = args[a]->clone(), minus = args[a]->clone();
+        const double h = 1e-6;
+        plus.data_as<double>()[n] += h;
+        minus.data_as<double>()[n] -= h;
+        const Tensor* p3[3] = {&in.q, &in.k, &in.v};
+        const Tensor* m3[3] = {&in.q, &in.k, &in.v};
+        p3[a] = &plus;
+        m3[a] = &minus;
+        const double numeric = (loss(*p3[0], *p3[1], *p3[2]) - loss(*m3[0], *m3[1], *m3[2])) /
+                               (2 * h);
+        EXPECT_NEAR(analytic[static_cast<std::size_t>(n)], numeric, 1e-7) << "arg " << a << " n " << n;
+      }
+    }
+  }
+}
+
+// The tiles the fused kernel works on are the block mask's non-empty ones: a score mod records
+// every (b, h, q-block, k-block) it is evaluated in. Small K and V (64-row forward blocks).
+TEST(FlexAttention, KernelSkipsExactlyTheEmptyTiles) {
+  const std::int64_t B = 2, H = 2, Tq = 300, Tk = 330;
+  const Inputs in = inputs(B, Tq, Tk, H, H, 16, DType::f32, 8);
+  for (const MaskCase& m : mask_cases(Tq, Tk)) {
+    if (m.square_only) continue;
+    SCOPED_TRACE(m.name);
+    const BlockMask blocks = m.make(B, H, Tq, Tk);
+    std::mutex lock;
+    std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>> forward, backward;
+    auto* seen = &forward;
+    auto record = [&](auto s, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
+      const std::lock_guard<std::mutex> hold(lock);
+      seen->insert({b, h, i / blocks.block_q(), j / blocks.block_k()});
+      return s;
+    };
+    const AttentionOutput f = flex_attention(in.q, in.k, in.v, record, blocks);
+    seen = &backward;
+    flex_attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse, record, blocks);
+    std::int64_t kept = 0;
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t h = 0; h < H; ++h) {
+        for (std::int64_t qb = 0; qb < blocks.q_blocks(); ++qb) {
+          for (std::int64_t kb = 0; kb < blocks.k_blocks(); ++kb) {
+            const bool work = blocks.kind(b, h, qb, kb) != TileKind::empty;
+            kept += work;
+            EXPECT_EQ(forward.count({b, h, qb, kb}), work ? 1u : 0u);
+            EXPECT_EQ(backward.count({b, h, qb, kb}), work ? 1u : 0u);
+          }
+        }
+      }
+    }
+    const std::int64_t all = B * H * blocks.q_blocks() * blocks.k_blocks();
+    const std::int64_t empty = (blocks.batches() == 1 ? B : 1) * (blocks.heads() == 1 ? H : 1) *
+                               blocks.count(TileKind::empty);
+    EXPECT_EQ(all - kept, empty);
+  }
+}
+
+// A padding mask given as a keep-mask tensor gives what key_lengths gives: its tiles are
+// classified once, so full tiles skip the mask as with lengths.
+TEST(FlexAttention, KeepMaskTensorEqualsLengths) {
+  const std::int64_t B = 3, T = 300;
+  const Inputs in = inputs(B, T, T, 2, 2, 16, DType::f32, 4);
+  AttentionOptions by_lengths;
+  by_lengths.key_lengths = {300, 190, 64};
+  AttentionOptions by_tensor;
+  by_tensor.mask = Tensor::zeros({B, 1, 1, T}, DType::boolean);
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t j = 0; j < by_lengths.key_lengths[b]; ++j) by_tensor.mask.set({b, 0, 0, j}, 1);
+  }
+  const AttentionOutput x = attention_forward(in.q, in.k, in.v, by_lengths);
+  const AttentionOutput y = attention_forward(in.q, in.k, in.v, by_tensor);
+  EXPECT_EQ(max_error(x.out, y.out), 0.0);
+  EXPECT_EQ(max_error(x.lse, y.lse), 0.0);
+  const AttentionGrads gx = attention_backward(in.dout, in.q, in.k, in.v, x.out, x.lse, by_lengths);
+  const AttentionGrads gy = attention_backward(in.dout, in.q, in.k, in.v, y.out, y.lse, by_tensor);
+  EXPECT_EQ(max_error(gx.dq, gy.dq), 0.0);
+  EXPECT_EQ(max_error(gx.dk, gy.dk), 0.0);
+  EXPECT_EQ(max_error(gx.dv, gy.dv), 0.0);
+}
+
+TEST(FlexAttention, DeterministicOverThreadCounts) {
+  const std::int64_t T = 333;
+  const Inputs in = inputs(2, T, T, 4, 2, 32, DType::f32, 9);
+  const BlockMask blocks = create_block_mask(masks::bigbird(64, 3, 1, 2, 5, T, T, 4), 1, 4, T, T);
+  auto mod = [](auto s, std::int64_t, std::int64_t h, std::int64_t i, std::int64_t j) {
+    return s + 0.01 * static_cast<double>((i - j) % 17) * static_cast<double>(h);
+  };
+  std::vector<std::vector<double>> first;
+  const int budget = num_threads();
+  for (const int threads : {1, 2, 3, 1}) {
+    set_num_threads(threads);
+    const AttentionOutput f = flex_attention(in.q, in.k, in.v, mod, blocks);
+    const AttentionGrads g =
+        flex_attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse, mod, blocks);
+    std::vector<std::vector<double>> now = {f.out.to_vector(), f.lse.to_vector(),
+                                            g.dq.to_vector(), g.dk.to_vector(),
+                                            g.dv.to_vector()};
+    if (first.empty()) {
+      first = now;
+    } else {
+      EXPECT_EQ(now, first) << threads << " threads";
+    }
+  }
+  set_num_threads(budget);
+}
+
+TEST(FlexAttention, RefusesMismatchedBlockMasksAndBadMods) {
+  const Inputs in = inputs(2, 100, 120, 4, 2, 16, DType::f32, 1);
+  const auto expect_error = [](const std::function<void()>& call, const std::string& part) {
+    try {
+      call();
+      ADD_FAILURE() << "no qkv::Error for " << part;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { flex_attention(in.q, in.k, in.v, create_block_mask(masks::causal(), 1, 1, 120, 120)); },
+               "Tq");
+  expect_error([&] { flex_attention(in.q, in.k, in.v, create_block_mask(masks::causal(), 3, 1, 100, 120)); },
+               "batches");
+  expect_error([&] { flex_attention(in.q, in.k, in.v, create_block_mask(masks::causal(), 1, 2, 100, 120)); },
+               "heads");
+  expect_error([] { masks::document({1, 1, 2, 1}); }, "contiguous");
+  expect_error([] { masks::strided(0); }, "stride");
+  expect_error([] { masks::bigbird(16, 3, -1, 2, 0, 64, 64); }, "global_blocks");
+  expect_error([] { masks::fixed(8, 9); }, "summary");
+  expect_error([] { create_block_mask(masks::causal(), 0, 1, 8, 8); }, "B");
+}
+
+}  // namespace
+}  // namespace qkv::testing
