@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "qkv/attention.hpp"
+#include "qkv/block_mask.hpp"
 #include "qkv/dtype.hpp"
 #include "qkv/tensor.hpp"
 
@@ -31,6 +32,10 @@ struct Shape {
   std::int64_t D = 64;
   bool causal = false;
   DType dtype = DType::f32;
+  // `qkv bench --variants`: one of kVariants, run through flex_attention with its block mask
+  // (window: the built-in window option; window_lambda: the same band as a user lambda). Empty:
+  // the built-in options above.
+  std::string variant;
 
   // Decode: one query against a long KV cache. Its cost is reading K and V, so it is judged
   // against memory bandwidth, not against the FMA peak.
@@ -45,6 +50,17 @@ struct Shape {
 double flop_count(const Shape& shape) noexcept;
 // The bytes of K and V one pass reads: 2 * B * H * Tk * D * sizeof(dtype).
 double kv_bytes(const Shape& shape) noexcept;
+
+// The sparse patterns of `qkv bench --variants` (Tq = Tk = T): full; causal; window (a band of
+// +-128 keys, Longformer's local window of 256); longformer (that band + 16 global tokens);
+// bigbird (blocks of 64: 3 window, 2 global, 3 random); document (8 packed documents of T / 8);
+// strided (Sparse Transformer, stride sqrt(T)); window_lambda (the band as a lambda).
+inline const std::vector<std::string> kVariants = {
+    "full", "causal", "window", "longformer", "bigbird", "document", "strided", "window_lambda"};
+BlockMask variant_mask(const std::string& variant, std::int64_t T);
+// The (i, j) pairs the variant's mask keeps, per (b, h): full tiles counted whole, partial ones
+// element by element.
+double kept_pairs(const BlockMask& mask);
 
 // The tensors of one shape, allocated once (q, k, v from a seeded generator; out, lse, dout and
 // the gradients preallocated), so a timed run measures the kernel, not the allocator. For the
@@ -64,6 +80,7 @@ class Workload {
   Tensor out_, lse_;  // [B, Tq, H, D], [B, H, Tq]
   Tensor dout_;       // [B, Tq, H, D]; defined for the backward only
   AttentionGrads grads_;
+  BlockMask blocks_;  // variants run by flex_attention
 };
 
 // The process's peak resident set. reset_peak_rss() returns free heap memory to the system

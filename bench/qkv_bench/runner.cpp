@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "qkv/error.hpp"
+#include "qkv/flex.hpp"
+#include "qkv/masks.hpp"
 #include "qkv/system.hpp"
 #include "qkv_bench/measure.hpp"
 
@@ -59,7 +62,8 @@ Pass parse_pass(std::string_view name) {
 std::string Shape::describe() const {
   return std::string(pass_name(pass)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
          " Tq=" + std::to_string(Tq) + " Tk=" + std::to_string(Tk) + " D=" + std::to_string(D) +
-         (causal ? " causal " : " ") + std::string(dtype_name(dtype));
+         (causal ? " causal " : " ") + std::string(dtype_name(dtype)) +
+         (variant.empty() ? "" : " " + variant);
 }
 
 double flop_count(const Shape& shape) noexcept {
@@ -75,12 +79,69 @@ double kv_bytes(const Shape& shape) noexcept {
          static_cast<double>(dtype_size(shape.dtype));
 }
 
+BlockMask variant_mask(const std::string& variant, std::int64_t T) {
+  constexpr std::int64_t kBand = 128;
+  if (variant == "full") return create_block_mask(masks::Full{}, 1, 1, T, T);
+  if (variant == "causal") return create_block_mask(masks::causal(), 1, 1, T, T);
+  if (variant == "window")
+    return create_block_mask(masks::sliding_window(kBand, kBand), 1, 1, T, T);
+  if (variant == "window_lambda") {
+    const auto band = [](std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) {
+      return i - j <= kBand && j - i <= kBand;
+    };
+    return create_block_mask(band, 1, 1, T, T);
+  }
+  if (variant == "longformer") {
+    std::vector<std::int64_t> global(16);
+    for (std::int64_t n = 0; n < 16; ++n) global[static_cast<std::size_t>(n)] = n;
+    return create_block_mask(masks::longformer(kBand, global), 1, 1, T, T);
+  }
+  if (variant == "bigbird")
+    return create_block_mask(masks::bigbird(64, 3, 2, 3, 2026, T, T), 1, 1, T, T);
+  if (variant == "document") {
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(T));
+    for (std::int64_t t = 0; t < T; ++t) ids[static_cast<std::size_t>(t)] = t * 8 / T;
+    return create_block_mask(masks::document(ids), 1, 1, T, T);
+  }
+  if (variant == "strided") {
+    const auto stride = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(T))));
+    return create_block_mask(masks::strided(std::max<std::int64_t>(stride, 1)), 1, 1, T, T);
+  }
+  throw Error("variant",
+              "one of full, causal, window, longformer, bigbird, document, strided, "
+              "window_lambda",
+              variant);
+}
+
+double kept_pairs(const BlockMask& m) {
+  double kept = 0;
+  for (std::int64_t qb = 0; qb < m.q_blocks(); ++qb) {
+    const std::int64_t i0 = qb * m.block_q(), i1 = std::min(i0 + m.block_q(), m.q_len());
+    for (std::int64_t kb = 0; kb < m.k_blocks(); ++kb) {
+      const std::int64_t j0 = kb * m.block_k(), j1 = std::min(j0 + m.block_k(), m.kv_len());
+      const TileKind kind = m.kind(0, 0, qb, kb);
+      if (kind == TileKind::full) kept += static_cast<double>((i1 - i0) * (j1 - j0));
+      if (kind != TileKind::partial) continue;
+      for (std::int64_t i = i0; i < i1; ++i) {
+        for (std::int64_t j = j0; j < j1; ++j) kept += m.keep(0, 0, i, j) ? 1.0 : 0.0;
+      }
+    }
+  }
+  return kept;
+}
+
 // q [B, Tq, H, D], k [B, Tk, H, D], v [B, Tk, H, D] -> out [B, Tq, H, D], lse [B, H, Tq];
 // the backward adds dout [B, Tq, H, D] and dq, dk, dv shaped like q, k, v.
 Workload::Workload(const Shape& shape) : shape_(shape) {
   check_shape(shape);
   options_.backend = Backend::cpu;
   options_.causal = shape.causal ? Causal::top_left : Causal::none;
+  if (shape.variant == "window") {
+    options_.window = {128, 128};
+  } else if (!shape.variant.empty()) {
+    if (shape.Tq != shape.Tk) throw Error("Tk", "Tq for a variant", std::to_string(shape.Tk));
+    blocks_ = variant_mask(shape.variant, shape.Tq);
+  }
   // A fixed seed: every run of the benchmark sees the same numbers (timing does not depend on
   // them, but a reproducible input keeps a surprising result reproducible too).
   Generator gen(2026);
@@ -91,7 +152,13 @@ Workload::Workload(const Shape& shape) : shape_(shape) {
   out_ = Tensor::empty({shape.B, shape.Tq, shape.H, shape.D}, dt);
   lse_ = Tensor::empty({shape.B, shape.H, shape.Tq}, dt == DType::f64 ? DType::f64 : DType::f32);
   if (shape.pass == Pass::bwd) {
-    attention_forward(q_, k_, v_, options_, out_, lse_);
+    if (blocks_.defined()) {
+      AttentionOutput f = flex_attention(q_, k_, v_, blocks_);
+      out_ = f.out;
+      lse_ = f.lse;
+    } else {
+      attention_forward(q_, k_, v_, options_, out_, lse_);
+    }
     dout_ = Tensor::randn(out_.shape(), gen, dt);
     grads_.dq = Tensor::empty(q_.shape(), dt);
     grads_.dk = Tensor::empty(k_.shape(), dt);
@@ -100,6 +167,14 @@ Workload::Workload(const Shape& shape) : shape_(shape) {
 }
 
 void Workload::run() {
+  if (blocks_.defined()) {  // flex_attention allocates its outputs
+    if (shape_.pass == Pass::fwd) {
+      out_ = flex_attention(q_, k_, v_, blocks_).out;
+    } else {
+      grads_ = flex_attention_backward(dout_, q_, k_, v_, out_, lse_, blocks_);
+    }
+    return;
+  }
   if (shape_.pass == Pass::fwd) {
     attention_forward(q_, k_, v_, options_, out_, lse_);
   } else {

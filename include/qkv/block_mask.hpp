@@ -46,9 +46,8 @@ void drop_row(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, s
       if (!r.contains(j0 + c)) x[c] = value;
     }
   } else {
-    for (std::int64_t c = 0; c < cols; ++c) {
-      if (!m(b, h, i, j0 + c)) x[c] = value;
-    }
+    // A select, not a branch, so that a simple mod vectorizes.
+    for (std::int64_t c = 0; c < cols; ++c) x[c] = m(b, h, i, j0 + c) ? x[c] : value;
   }
 }
 

@@ -43,10 +43,10 @@ namespace detail {
 // s [cols] <- mod(s), and with grad, grad [cols] <- ds'/ds.
 struct ErasedScore {
   std::shared_ptr<const void> mod;
-  void (*row_f32)(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i,
-                  std::int64_t j0, std::int64_t cols, float* s, float* grad) = nullptr;
-  void (*row_f64)(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i,
-                  std::int64_t j0, std::int64_t cols, double* s, double* grad) = nullptr;
+  void (*row_f32)(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                  std::int64_t cols, float* s, float* grad) = nullptr;
+  void (*row_f64)(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                  std::int64_t cols, double* s, double* grad) = nullptr;
 };
 
 template <class M, class T>
@@ -66,18 +66,16 @@ void score_row(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, 
 
 template <class M>
 ErasedScore erase_score(M mod) {
-  return {std::make_shared<const M>(std::move(mod)), &score_row<M, float>,
-          &score_row<M, double>};
+  return {std::make_shared<const M>(std::move(mod)), &score_row<M, float>, &score_row<M, double>};
 }
 
 // The library's entry points behind the templates below (score null: no score mod).
 AttentionOutput flex_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                              const ErasedScore* score, const BlockMask& block_mask,
                              const FlexOptions& options);
-AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                             const Tensor& v, const Tensor& out, const Tensor& lse,
-                             const ErasedScore* score, const BlockMask& block_mask,
-                             const FlexOptions& options);
+AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, const ErasedScore* score,
+                             const BlockMask& block_mask, const FlexOptions& options);
 
 }  // namespace detail
 
@@ -109,8 +107,8 @@ AttentionGrads flex_attention_backward(const Tensor& dout, const Tensor& q, cons
   return detail::flex_backward(dout, q, k, v, out, lse, &score, block_mask, options);
 }
 inline AttentionGrads flex_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                              const Tensor& v, const Tensor& out,
-                                              const Tensor& lse, const BlockMask& block_mask,
+                                              const Tensor& v, const Tensor& out, const Tensor& lse,
+                                              const BlockMask& block_mask,
                                               const FlexOptions& options = {}) {
   return detail::flex_backward(dout, q, k, v, out, lse, nullptr, block_mask, options);
 }

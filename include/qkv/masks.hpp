@@ -122,7 +122,7 @@ void classify_row(const M& m, std::int64_t b, std::int64_t h, std::int64_t i0, s
       if (r.empty()) continue;
       ++touched[r.lo / bk];
       --touched[(r.hi - 1) / bk + 1];
-      const std::int64_t first = (r.lo + bk - 1) / bk;    // first k-block starting at or after lo
+      const std::int64_t first = (r.lo + bk - 1) / bk;  // first k-block starting at or after lo
       const std::int64_t last = r.hi == Tk ? k_blocks : r.hi / bk;  // k-blocks ending by hi
       if (first < last) {
         ++covered[first];
@@ -153,14 +153,12 @@ struct And {
     return first(n, h, i, j) && second(n, h, i, j);
   }
   KeyRange keys(std::int64_t n, std::int64_t h, std::int64_t i) const
-    requires(HasKeys<A> && HasKeys<B>)
-  {
+      requires(HasKeys<A>&& HasKeys<B>) {
     return intersect(first.keys(n, h, i), second.keys(n, h, i));
   }
   void classify_row(std::int64_t n, std::int64_t h, std::int64_t i0, std::int64_t i1,
                     std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const
-    requires(!(HasKeys<A> && HasKeys<B>))
-  {
+      requires(!(HasKeys<A> && HasKeys<B>)) {
     const std::int64_t k_blocks = (Tk + bk - 1) / bk;
     std::vector<TileKind> other(k_blocks);
     // The cheaper-to-classify part first; the other is examined only where it left tiles.
@@ -175,9 +173,10 @@ struct And {
       const TileKind x = kinds[kb], y = other[kb];
       kinds[kb] = x == TileKind::empty || y == TileKind::empty ? TileKind::empty
                   : x == TileKind::full                        ? y
-                  : y == TileKind::full                        ? x
-                  // Both partial: their kept keys may miss each other; the walk settles it.
-                  : tile_by_elements(*this, n, h, i0, i1, kb * bk, std::min((kb + 1) * bk, Tk));
+                  : y == TileKind::full
+                      ? x
+                      // Both partial: their kept keys may miss each other; the walk settles it.
+                      : tile_by_elements(*this, n, h, i0, i1, kb * bk, std::min((kb + 1) * bk, Tk));
     }
   }
 };
@@ -191,8 +190,7 @@ struct Or {
     return first(n, h, i, j) || second(n, h, i, j);
   }
   void classify_row(std::int64_t n, std::int64_t h, std::int64_t i0, std::int64_t i1,
-                    std::int64_t Tk, std::int64_t bk, const TileKind* only,
-                    TileKind* kinds) const {
+                    std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const {
     const std::int64_t k_blocks = (Tk + bk - 1) / bk;
     std::vector<TileKind> other(k_blocks);
     masks::classify_row(first, n, h, i0, i1, Tk, bk, only, kinds);
@@ -201,9 +199,10 @@ struct Or {
       const TileKind x = kinds[kb], y = other[kb];
       kinds[kb] = x == TileKind::full || y == TileKind::full ? TileKind::full
                   : x == TileKind::empty                     ? y
-                  : y == TileKind::empty                     ? x
-                  // Both partial: together they may keep every key; the walk settles it.
-                  : tile_by_elements(*this, n, h, i0, i1, kb * bk, std::min((kb + 1) * bk, Tk));
+                  : y == TileKind::empty
+                      ? x
+                      // Both partial: together they may keep every key; the walk settles it.
+                      : tile_by_elements(*this, n, h, i0, i1, kb * bk, std::min((kb + 1) * bk, Tk));
     }
   }
 };
@@ -242,9 +241,7 @@ struct Causal {
   bool operator()(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) const {
     return causal_keys(i, offset).contains(j);
   }
-  KeyRange keys(std::int64_t, std::int64_t, std::int64_t i) const {
-    return causal_keys(i, offset);
-  }
+  KeyRange keys(std::int64_t, std::int64_t, std::int64_t i) const { return causal_keys(i, offset); }
 };
 inline Causal causal() { return {0}; }
 inline Causal causal_lower_right(std::int64_t Tq, std::int64_t Tk) { return {Tk - Tq}; }
@@ -316,8 +313,8 @@ Document document(std::vector<std::int64_t> ids, std::int64_t batches = 1);
 struct GlobalTokens {
   std::shared_ptr<const std::vector<std::int64_t>> count;  // count[n]: global positions < n
   std::int64_t below(std::int64_t n) const {
-    return (*count)[static_cast<std::size_t>(std::clamp<std::int64_t>(
-        n, 0, static_cast<std::int64_t>(count->size()) - 1))];
+    return (*count)[static_cast<std::size_t>(
+        std::clamp<std::int64_t>(n, 0, static_cast<std::int64_t>(count->size()) - 1))];
   }
   bool global(std::int64_t x) const { return below(x + 1) > below(x); }
   bool operator()(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) const {
@@ -375,6 +372,21 @@ struct Strided {
   }
   void classify_row(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
                     std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const;
+  // x[c] <- value where row i drops key j0 + c (c < cols): the local interval, then every
+  // stride-th key, without a division per key.
+  template <class T>
+  void drop_row(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j0, std::int64_t cols,
+                T value, T* x) const {
+    const KeyRange local = intersect({i - stride + 1, i + 1}, {j0, j0 + cols});
+    // The first key at or after j0 a multiple of stride before i (none when i < j0).
+    std::int64_t next = i >= j0 ? i - (i - j0) / stride * stride : j0 + cols;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const std::int64_t j = j0 + c;
+      const bool keep = local.contains(j) || (j == next && j <= i);
+      if (j == next) next += stride;
+      x[c] = keep ? x[c] : value;
+    }
+  }
 };
 Strided strided(std::int64_t stride);
 

@@ -90,8 +90,8 @@ TileKind BlockMask::kind(std::int64_t b, std::int64_t h, std::int64_t qb, std::i
   const detail::BlockMaskData& d = *data_;
   const std::int64_t bb = d.batches == 1 ? 0 : b;
   const std::int64_t hh = d.heads == 1 ? 0 : h;
-  return d.kinds[static_cast<std::size_t>(((bb * d.heads + hh) * d.q_blocks + qb) * d.k_blocks +
-                                          kb)];
+  return d
+      .kinds[static_cast<std::size_t>(((bb * d.heads + hh) * d.q_blocks + qb) * d.k_blocks + kb)];
 }
 
 double BlockMask::kept_fraction() const {
@@ -121,7 +121,8 @@ Tensor BlockMask::dense() const {
 std::string BlockMask::picture(std::int64_t b, std::int64_t h) const {
   std::string s;
   for (std::int64_t qb = 0; qb < q_blocks(); ++qb) {
-    for (std::int64_t kb = 0; kb < k_blocks(); ++kb) s += ".+#"[static_cast<int>(kind(b, h, qb, kb))];
+    for (std::int64_t kb = 0; kb < k_blocks(); ++kb)
+      s += ".+#"[static_cast<int>(kind(b, h, qb, kb))];
     s += '\n';
   }
   return s;

@@ -126,8 +126,9 @@ AttentionOutput flex_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                              const FlexOptions& options) {
   const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
   const BlockMask blocks = blocks_for(block_mask, dims);
-  AttentionOutput result{Tensor::empty(attention::out_shape(dims), q.dtype()),
-                         Tensor::empty(attention::lse_shape(dims), attention::lse_dtype(q.dtype()))};
+  AttentionOutput result{
+      Tensor::empty(attention::out_shape(dims), q.dtype()),
+      Tensor::empty(attention::lse_shape(dims), attention::lse_dtype(q.dtype()))};
   if (attention::empty_problem(dims)) {
     result.out.fill(0.0);
     result.lse.fill(-std::numeric_limits<double>::infinity());
@@ -139,15 +140,13 @@ AttentionOutput flex_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   return result;
 }
 
-AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                             const Tensor& v, const Tensor& out, const Tensor& lse,
-                             const ErasedScore* score, const BlockMask& block_mask,
-                             const FlexOptions& options) {
+AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, const ErasedScore* score,
+                             const BlockMask& block_mask, const FlexOptions& options) {
   const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
   attention::expect_tensor(dout, "dout", attention::out_shape(dims), q.dtype());
   attention::expect_tensor(out, "out", attention::out_shape(dims), q.dtype());
-  attention::expect_tensor(lse, "lse", attention::lse_shape(dims),
-                           attention::lse_dtype(q.dtype()));
+  attention::expect_tensor(lse, "lse", attention::lse_shape(dims), attention::lse_dtype(q.dtype()));
   const BlockMask blocks = blocks_for(block_mask, dims);
   AttentionGrads grads{Tensor::zeros(q.shape(), q.dtype()), Tensor::zeros(k.shape(), k.dtype()),
                        Tensor::zeros(v.shape(), v.dtype()), Tensor()};

@@ -149,7 +149,8 @@ BlockLayout bigbird(std::int64_t block, std::int64_t window_blocks, std::int64_t
   if (window_blocks < 0) throw Error("window_blocks", ">= 0", std::to_string(window_blocks));
   if (global_blocks < 0) throw Error("global_blocks", ">= 0", std::to_string(global_blocks));
   if (random_blocks < 0) throw Error("random_blocks", ">= 0", std::to_string(random_blocks));
-  if (Tq < 0 || Tk < 0) throw Error("Tq, Tk", ">= 0", std::to_string(Tq) + ", " + std::to_string(Tk));
+  if (Tq < 0 || Tk < 0)
+    throw Error("Tq, Tk", ">= 0", std::to_string(Tq) + ", " + std::to_string(Tk));
   auto cells = std::make_shared<BlockLayout::Cells>();
   cells->block = block;
   cells->q_blocks = (Tq + block - 1) / block;
@@ -170,15 +171,16 @@ BlockLayout bigbird(std::int64_t block, std::int64_t window_blocks, std::int64_t
         if (!keep) free.push_back(jb);
       }
       // random_blocks of the free blocks, by a partial Fisher-Yates shuffle on Philox draws.
-      const auto draws = std::min<std::int64_t>(random_blocks, static_cast<std::int64_t>(free.size()));
+      const auto draws =
+          std::min<std::int64_t>(random_blocks, static_cast<std::int64_t>(free.size()));
       for (std::int64_t n = 0; n < draws; ++n) {
-        const PhiloxCounter bits = philox4x32_10(
-            {static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(ib),
-             static_cast<std::uint32_t>(h), 0x6269u /* "bi" */},
-            key);
+        const PhiloxCounter bits =
+            philox4x32_10({static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(ib),
+                           static_cast<std::uint32_t>(h), 0x6269u /* "bi" */},
+                          key);
         const std::uint64_t r = (std::uint64_t{bits[0]} << 32) | bits[1];
-        const auto pick = n + static_cast<std::int64_t>(
-                                  r % static_cast<std::uint64_t>(free.size() - n));
+        const auto pick =
+            n + static_cast<std::int64_t>(r % static_cast<std::uint64_t>(free.size() - n));
         std::swap(free[static_cast<std::size_t>(n)], free[static_cast<std::size_t>(pick)]);
         row[free[static_cast<std::size_t>(n)]] = 1;
       }
@@ -201,8 +203,8 @@ void Strided::classify_row(std::int64_t, std::int64_t, std::int64_t i0, std::int
     const std::int64_t dmin = i0 - (j1 - 1), dmax = (i1 - 1) - j0;
     const std::int64_t lo = std::max<std::int64_t>(dmin, 0);
     const bool any = lo <= dmax && (lo < stride || (lo + stride - 1) / stride * stride <= dmax);
-    const bool all = dmin >= 0 && (dmax < stride || stride == 1 ||
-                                   (dmin == dmax && dmin % stride == 0));
+    const bool all =
+        dmin >= 0 && (dmax < stride || stride == 1 || (dmin == dmax && dmin % stride == 0));
     kinds[kb] = all ? TileKind::full : any ? TileKind::partial : TileKind::empty;
   }
 }

@@ -13,12 +13,13 @@ class BlockView {
   explicit BlockView(const detail::BlockMaskData* d) : d_(d) {}
 
   TileKind kind(std::int64_t b, std::int64_t h, std::int64_t qb, std::int64_t kb) const {
-    return d_->kinds[static_cast<std::size_t>((head(b, h) * d_->q_blocks + qb) * d_->k_blocks + kb)];
+    return d_
+        ->kinds[static_cast<std::size_t>((head(b, h) * d_->q_blocks + qb) * d_->k_blocks + kb)];
   }
   // The same, from the transposed layout the backward walks.
   TileKind kind_t(std::int64_t b, std::int64_t h, std::int64_t kb, std::int64_t qb) const {
-    return d_->kinds_t[static_cast<std::size_t>((head(b, h) * d_->k_blocks + kb) * d_->q_blocks +
-                                                qb)];
+    return d_
+        ->kinds_t[static_cast<std::size_t>((head(b, h) * d_->k_blocks + kb) * d_->q_blocks + qb)];
   }
   // The k-blocks [lo, hi) with work for q-block qb; the q-blocks with work for k-block kb.
   KeyRange k_span(std::int64_t b, std::int64_t h, std::int64_t qb) const {

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/problem.hpp"
 #include "qkv/block_mask.hpp"
 #include "qkv/dual.hpp"
-#include "kernels/problem.hpp"
 #include "qkv/flex.hpp"
 
 namespace qkv::kernels {
@@ -38,8 +38,8 @@ struct FlexScore {
 
   bool has_slope() const noexcept { return erased != nullptr; }
   bool renormalizes() const noexcept { return false; }
-  void apply_row(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
-                 std::int64_t cols, T* s, T* grad) const {
+  void apply_row(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t cols,
+                 T* s, T* grad) const {
     if (erased == nullptr) return;
     if constexpr (std::is_same_v<T, float>) {
       erased->row_f32(erased->mod.get(), b, h, i, j0, cols, s, grad);

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <limits>
 
-#include "qkv/dual.hpp"
 #include "kernels/params.hpp"
 #include "qkv/attention.hpp"
+#include "qkv/dual.hpp"
 #include "qkv/masks.hpp"
 
 namespace qkv::kernels {
@@ -63,8 +63,7 @@ struct BuiltinMask {
   // The tiles of rows [i0, i1): the intervals' kinds, then the keep-mask tensor's elements in the
   // tiles the intervals leave (one row of it where it is the same for every row).
   void classify_row(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
-                    std::int64_t Tk, std::int64_t bk, const TileKind* only,
-                    TileKind* kinds) const {
+                    std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const {
     struct Intervals {
       const BuiltinMask* m;
       KeyRange keys(std::int64_t b, std::int64_t h, std::int64_t i) const {

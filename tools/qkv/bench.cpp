@@ -1,6 +1,7 @@
 // qkv bench: times the fused CPU attention kernel over a suite of shapes and prints, per row,
 // the median time, GFLOP/s (GB/s for decode) and, with --peak, the fraction of this machine's
 // measured ceilings. The measurement code is bench/qkv_bench (shared with bench_attention).
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/block_mask.hpp"
 #include "qkv/checks.hpp"
 #include "qkv/commands.hpp"
 #include "qkv/error.hpp"
@@ -33,6 +35,7 @@ struct BenchOptions {
   std::vector<std::int64_t> decode_tks;
   std::vector<std::string> passes;
   std::string dtype = "f32";
+  bool variants = false;
 };
 
 std::string cpu_model() {
@@ -134,6 +137,87 @@ void print_row(const bench::RowResult& r, bool have_peak) {
   std::fflush(stdout);
 }
 
+// --variants: the seeds' sparse patterns through flex_attention (B = 1, H = 8, D = 64), each row
+// beside the full row of its T and pass: GFLOP/s over the kept scores only, and the ratio of its
+// time to (full time x the share of tiles the block mask keeps), which is 1 for a kernel whose
+// cost is its tiles.
+void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
+  const int threads = opt.threads > 0 ? opt.threads : num_threads();
+  std::vector<std::int64_t> ts = opt.quick ? std::vector<std::int64_t>{256, 512}
+                                           : std::vector<std::int64_t>{1024, 4096, 16384};
+  if (!opt.ts.empty()) ts = opt.ts;
+  std::vector<bench::Pass> passes = {bench::Pass::fwd, bench::Pass::bwd};
+  if (!opt.passes.empty()) {
+    passes.clear();
+    for (const std::string& pass : opt.passes) passes.push_back(bench::parse_pass(pass));
+  }
+  std::printf("qkv %s, %s, %d threads, flex_attention variants (B=1, H=8, D=64, f32)\n",
+              std::string(version()).c_str(), cpu_model().c_str(), threads);
+  std::printf(
+      "kept: share of tiles the block mask keeps / of scores the mask keeps; GFLOP/s over the kept "
+      "scores; vs_tiles: ms / (full ms x kept tiles)\n\n");
+  std::printf("%-14s %-4s %6s %4s %10s %7s %7s %8s %8s %8s %9s\n", "variant", "pass", "T", "reps",
+              "ms", "tiles", "scores", "GFLOP/s", "vs_tiles", "RSS_MB", "mask_ms");
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const std::int64_t T : ts) {
+    for (const bench::Pass pass : passes) {
+      double full_ms = 0;
+      for (const std::string& variant : bench::kVariants) {
+        bench::Shape shape;
+        shape.pass = pass;
+        shape.Tq = shape.Tk = T;
+        shape.variant = variant;
+        const auto start = std::chrono::steady_clock::now();
+        const BlockMask mask = bench::variant_mask(variant, T);
+        const double mask_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count();
+        const double tiles = mask.kept_fraction();
+        const double pairs = bench::kept_pairs(mask);
+        const bench::RowResult r = bench::run_row(shape, threads, opt.reps, bench::Peaks{});
+        if (variant == "full") full_ms = r.ms;
+        const double flop = 4.0 * 8 * pairs * 64 * (pass == bench::Pass::fwd ? 1.0 : 2.5);
+        const double gflops = flop / (r.ms * 1e6);
+        const double vs_tiles = r.ms / (full_ms * tiles);
+        const double scores = pairs / (static_cast<double>(T) * static_cast<double>(T));
+        std::printf("%-14s %-4s %6lld %4d %10.3f %7.4f %7.4f %8.1f %8.2f %8.1f %9.2f\n",
+                    variant.c_str(), std::string(bench::pass_name(pass)).c_str(),
+                    static_cast<long long>(T), r.reps, r.ms, tiles, scores, gflops, vs_tiles,
+                    r.peak_rss_mb, mask_ms);
+        std::fflush(stdout);
+        rows.push_back({{"variant", variant},
+                        {"pass", bench::pass_name(pass)},
+                        {"B", 1},
+                        {"H", 8},
+                        {"T", T},
+                        {"D", 64},
+                        {"threads", threads},
+                        {"reps", r.reps},
+                        {"ms", rounded(r.ms, 4)},
+                        {"ms_min", rounded(r.ms_min, 4)},
+                        {"ms_max", rounded(r.ms_max, 4)},
+                        {"kept_tiles", rounded(tiles, 5)},
+                        {"kept_scores", rounded(scores, 5)},
+                        {"gflops_kept", rounded(gflops, 3)},
+                        {"vs_tiles", rounded(vs_tiles, 4)},
+                        {"peak_rss_mb", rounded(r.peak_rss_mb, 2)},
+                        {"block_mask_ms", rounded(mask_ms, 3)}});
+      }
+    }
+  }
+  if (json_file.is_open()) {
+    nlohmann::ordered_json doc;
+    doc["machine"] = {{"cpu", cpu_model()},
+                      {"threads", threads},
+                      {"simd_targets", simd_targets()},
+                      {"qkv_version", std::string(version())},
+                      {"date", utc_now()}};
+    doc["rows"] = rows;
+    json_file << doc.dump(2) << '\n';
+    if (!json_file) throw Error("--json", "a writable file", opt.json_path);
+  }
+}
+
 void run_bench(const BenchOptions& opt) {
   const int threads = opt.threads > 0 ? opt.threads : num_threads();
   const DType dtype = opt.dtype == "f64" ? DType::f64 : DType::f32;
@@ -160,6 +244,10 @@ void run_bench(const BenchOptions& opt) {
     if (!json_file) throw Error("--json", "a writable file", opt.json_path);
   }
 
+  if (opt.variants) {
+    run_variants(opt, json_file);
+    return;
+  }
   std::printf("qkv %s, %s, %d threads\n", std::string(version()).c_str(), cpu_model().c_str(),
               threads);
   const double load_start = load_average();
@@ -234,6 +322,10 @@ void add_bench(CLI::App& app) {
       ->transform(integer<std::int64_t>(1))
       ->delimiter(',');
   cmd->add_flag("--no-decode", opt->no_decode, "Leave out the decode rows");
+  cmd->add_flag("--variants", opt->variants,
+                "The sparse patterns through flex_attention instead (full, causal, window 256, "
+                "Longformer, BigBird, 8 documents, strided, the window as a lambda; B=1, H=8, "
+                "D=64, T in {1024, 4096, 16384} or --T)");
   cmd->add_option("--pass", opt->passes, "Only these passes (fwd, bwd)")
       ->check(CLI::IsMember({"fwd", "bwd"}))
       ->delimiter(',');

@@ -2,8 +2,8 @@
 
 #include <cstdint>
 
-#include "kernels/params.hpp"
 #include "kernels/flex_mods.hpp"
+#include "kernels/params.hpp"
 #include "kernels/problem.hpp"
 
 namespace qkv::kernels::cpu {

@@ -18,10 +18,10 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/block_view.hpp"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
 #include "kernels/cpu/pack.hpp"
-#include "kernels/block_view.hpp"
 #include "kernels/cpu/tile-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -98,10 +98,10 @@ void dominant_key(const T* P, const T* z, std::int64_t cols, const T* dout, cons
 //   dV [cols, Dv] += (P * Z)^T dO and dK [cols, D] += dS^T Q when rows_finite is false,
 //   dQ [rows, D] += dS K when keys_finite is false; the other products are left to the caller.
 template <class T, class ScoreMod, class MaskMod>
-void products_kept(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h, std::int64_t i0,
-                   std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
-                   const T* lse_row, bool rows_finite, bool keys_finite, const T* PZ, const T* dS,
-                   const T* q, const T* dob, const T* k, T* dq, T* dk, T* dv) {
+void products_kept(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
+                   std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols,
+                   TileKind kind, const T* lse_row, bool rows_finite, bool keys_finite, const T* PZ,
+                   const T* dS, const T* q, const T* dob, const T* k, T* dq, T* dk, T* dv) {
   const Dims& d = p.dims;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -144,10 +144,11 @@ void tile_scores(const Dims& d, const Packed<T>& packed, std::int64_t head, std:
 // Accumulates into scratch.dk / scratch.dv (this k-block), dq_part ([B, Hq, Tq, D], like
 // packed.q) and dbias.
 template <class T, class ScoreMod, class MaskMod>
-void backward_tile(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse, const T* delta,
-                   std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t rows,
-                   std::int64_t j0, std::int64_t cols, TileKind kind, BackwardScratch<T>& scratch,
-                   T* dq_part, T* dbias, const Broadcast4<T>& dbias_index) {
+void backward_tile(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
+                   const T* delta, std::int64_t b, std::int64_t h, std::int64_t i0,
+                   std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
+                   BackwardScratch<T>& scratch, T* dq_part, T* dbias,
+                   const Broadcast4<T>& dbias_index) {
   const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
   const std::int64_t head = b * d.Hk + hk;
@@ -249,7 +250,8 @@ void backward_tile(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& pack
 // GQA), 0.85x with this (and the cap in double). One more S = Q K^T, cap and exp per tile: about
 // 40 ms of a soft-capped backward of 165 (T = 1024, D = 64, H = 8, one thread of the Zen 3 VM).
 template <class T, class ScoreMod, class MaskMod>
-void inverse_row_sums(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse, T* inv_sigma) {
+void inverse_row_sums(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
+                      T* inv_sigma) {
   const Dims& d = p.dims;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   std::fill(inv_sigma, inv_sigma + d.B * d.Hq * d.Tq, T(1));
@@ -290,10 +292,11 @@ void inverse_row_sums(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& p
 // Work item: keys of k-blocks [kb_lo, kb_hi) for batches [b_lo, b_hi) and k/v heads
 // [hk_lo, hk_hi).
 template <class T, class ScoreMod, class MaskMod>
-void backward_item(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse, const T* delta,
-                   std::int64_t b_lo, std::int64_t b_hi, std::int64_t hk_lo, std::int64_t hk_hi,
-                   std::int64_t kb_lo, std::int64_t kb_hi, BackwardScratch<T>& scratch, T* dq_part,
-                   T* dk, T* dv, T* dbias, const Broadcast4<T>& dbias_index) {
+void backward_item(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
+                   const T* delta, std::int64_t b_lo, std::int64_t b_hi, std::int64_t hk_lo,
+                   std::int64_t hk_hi, std::int64_t kb_lo, std::int64_t kb_hi,
+                   BackwardScratch<T>& scratch, T* dq_part, T* dk, T* dv, T* dbias,
+                   const Broadcast4<T>& dbias_index) {
   const Dims& d = p.dims;
   const BlockView blocks(p.blocks);
   for (std::int64_t b = b_lo; b < b_hi; ++b) {
@@ -330,8 +333,8 @@ void backward_item(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& pack
 // [B, Tk, Hk, D], dv [B, Tk, Hk, Dv] and dbias (the bias's shape, dbias_index maps into it; null
 // without a bias); q, k, v and the options are in p.
 template <class T, class ScoreMod, class MaskMod>
-void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T* lse, const T* dout, T* dq, T* dk,
-                   T* dv, T* dbias, const Broadcast4<T>& dbias_index) {
+void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T* lse,
+                   const T* dout, T* dq, T* dk, T* dv, T* dbias, const Broadcast4<T>& dbias_index) {
   const Dims& d = p.dims;
   const std::int64_t q_elems = d.B * d.Tq * d.Hq * d.D;
   // D_i = rowsum(dO_i * O_i), [B, Hq, Tq]; and scale * Q and dO head by head ([B, Hq, Tq, D or

@@ -10,9 +10,9 @@
 #include <memory>
 #include <vector>
 
-#include "qkv/dual.hpp"
 #include "kernels/mods.hpp"
 #include "kernels/params.hpp"
+#include "qkv/dual.hpp"
 #include "qkv/philox.hpp"
 
 namespace qkv::kernels::reference {

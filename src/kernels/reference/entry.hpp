@@ -1,7 +1,7 @@
 #pragma once
 
-#include "kernels/params.hpp"
 #include "kernels/flex_mods.hpp"
+#include "kernels/params.hpp"
 #include "kernels/problem.hpp"
 
 namespace qkv::kernels::reference {

@@ -67,8 +67,7 @@ std::vector<MaskCase> mask_cases(std::int64_t Tq, std::int64_t Tk) {
       mask_case("strided64", masks::strided(64)),
       mask_case("fixed", masks::fixed(32, 4)),
       mask_case("block_layout", masks::from_block_layout(layout, qbs, kbs, block)),
-      mask_case("window_or_strided",
-                or_masks(masks::sliding_window(8, 8), masks::strided(50))),
+      mask_case("window_or_strided", or_masks(masks::sliding_window(8, 8), masks::strided(50))),
       mask_case("lambda", lambda),
       mask_case("causal_and_lambda", and_masks(masks::causal(), lambda)),
   };
@@ -144,8 +143,8 @@ Results run_flex(const Inputs& in, const BlockMask& blocks, Backend backend) {
   FlexOptions o;
   o.backend = backend;
   const AttentionOutput f = flex_attention(in.q, in.k, in.v, blocks, o);
-  const AttentionGrads g = flex_attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse,
-                                                   blocks, o);
+  const AttentionGrads g =
+      flex_attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse, blocks, o);
   return {f.out, f.lse, g.dq, g.dk, g.dv};
 }
 
@@ -279,8 +278,7 @@ TEST(FlexAttention, GradientsMatchFiniteDifferences) {
     return 1.5 * qkv::tanh(s / 1.5) * (1.0 + 0.1 * static_cast<double>(h)) +
            0.05 * static_cast<double>(i - j);
   };
-  const BlockMask blocks =
-      create_block_mask(masks::sliding_window(4, 2, Tk - Tq), 1, Hq, Tq, Tk);
+  const BlockMask blocks = create_block_mask(masks::sliding_window(4, 2, Tk - Tq), 1, Hq, Tq, Tk);
   for (const Backend backend : {Backend::cpu, Backend::reference}) {
     FlexOptions o;
     o.backend = backend;
@@ -307,9 +305,10 @@ TEST(FlexAttention, GradientsMatchFiniteDifferences) {
         const Tensor* m3[3] = {&in.q, &in.k, &in.v};
         p3[a] = &plus;
         m3[a] = &minus;
-        const double numeric = (loss(*p3[0], *p3[1], *p3[2]) - loss(*m3[0], *m3[1], *m3[2])) /
-                               (2 * h);
-        EXPECT_NEAR(analytic[static_cast<std::size_t>(n)], numeric, 1e-7) << "arg " << a << " n " << n;
+        const double numeric =
+            (loss(*p3[0], *p3[1], *p3[2]) - loss(*m3[0], *m3[1], *m3[2])) / (2 * h);
+        EXPECT_NEAR(analytic[static_cast<std::size_t>(n)], numeric, 1e-7)
+            << "arg " << a << " n " << n;
       }
     }
   }
@@ -365,7 +364,8 @@ TEST(FlexAttention, KeepMaskTensorEqualsLengths) {
   AttentionOptions by_tensor;
   by_tensor.mask = Tensor::zeros({B, 1, 1, T}, DType::boolean);
   for (std::int64_t b = 0; b < B; ++b) {
-    for (std::int64_t j = 0; j < by_lengths.key_lengths[b]; ++j) by_tensor.mask.set({b, 0, 0, j}, 1);
+    for (std::int64_t j = 0; j < by_lengths.key_lengths[b]; ++j)
+      by_tensor.mask.set({b, 0, 0, j}, 1);
   }
   const AttentionOutput x = attention_forward(in.q, in.k, in.v, by_lengths);
   const AttentionOutput y = attention_forward(in.q, in.k, in.v, by_tensor);
@@ -392,9 +392,8 @@ TEST(FlexAttention, DeterministicOverThreadCounts) {
     const AttentionOutput f = flex_attention(in.q, in.k, in.v, mod, blocks);
     const AttentionGrads g =
         flex_attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse, mod, blocks);
-    std::vector<std::vector<double>> now = {f.out.to_vector(), f.lse.to_vector(),
-                                            g.dq.to_vector(), g.dk.to_vector(),
-                                            g.dv.to_vector()};
+    std::vector<std::vector<double>> now = {f.out.to_vector(), f.lse.to_vector(), g.dq.to_vector(),
+                                            g.dk.to_vector(), g.dv.to_vector()};
     if (first.empty()) {
       first = now;
     } else {
@@ -414,12 +413,15 @@ TEST(FlexAttention, RefusesMismatchedBlockMasksAndBadMods) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
     }
   };
-  expect_error([&] { flex_attention(in.q, in.k, in.v, create_block_mask(masks::causal(), 1, 1, 120, 120)); },
-               "Tq");
-  expect_error([&] { flex_attention(in.q, in.k, in.v, create_block_mask(masks::causal(), 3, 1, 100, 120)); },
-               "batches");
-  expect_error([&] { flex_attention(in.q, in.k, in.v, create_block_mask(masks::causal(), 1, 2, 100, 120)); },
-               "heads");
+  expect_error(
+      [&] { flex_attention(in.q, in.k, in.v, create_block_mask(masks::causal(), 1, 1, 120, 120)); },
+      "Tq");
+  expect_error(
+      [&] { flex_attention(in.q, in.k, in.v, create_block_mask(masks::causal(), 3, 1, 100, 120)); },
+      "batches");
+  expect_error(
+      [&] { flex_attention(in.q, in.k, in.v, create_block_mask(masks::causal(), 1, 2, 100, 120)); },
+      "heads");
   expect_error([] { masks::document({1, 1, 2, 1}); }, "contiguous");
   expect_error([] { masks::strided(0); }, "stride");
   expect_error([] { masks::bigbird(16, 3, -1, 2, 0, 64, 64); }, "global_blocks");
