@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "dtype_limits.hpp"
 #include "qkv/philox.hpp"
 
 namespace qkv::fuzz {
@@ -126,18 +127,6 @@ double bounded(double x) {
   return std::clamp(x, -huge(DType::f32), huge(DType::f32));
 }
 
-// A subnormal of the dtype.
-double subnormal(DType dtype) {
-  switch (dtype) {
-    case DType::f64:
-      return 0x1p-1060;
-    case DType::f16:
-      return 0x1p-20;
-    default:
-      return 0x1p-140;
-  }
-}
-
 // Values placed over the normal data: NaN, infinities, huge, subnormal, zeros and large ones (a
 // large q or k entry makes large scores; 2^5 keeps the softmax's rounding moderate).
 double special(std::uint8_t kind, DType dtype) {
@@ -153,9 +142,9 @@ double special(std::uint8_t kind, DType dtype) {
     case 4:
       return -huge(dtype);
     case 5:
-      return subnormal(dtype);
+      return limits(dtype).subnormal;
     case 6:
-      return -subnormal(dtype);
+      return -limits(dtype).subnormal;
     case 7:
       return 0.0;
     case 8:

@@ -6,43 +6,10 @@
 #include <sstream>
 #include <vector>
 
+#include "dtype_limits.hpp"
+
 namespace qkv::fuzz {
 namespace {
-
-double epsilon(DType dtype) {
-  switch (dtype) {
-    case DType::f64:
-      return 0x1p-52;
-    case DType::bf16:
-      return 0x1p-7;
-    case DType::f16:
-      return 0x1p-10;
-    default:
-      return 0x1p-23;
-  }
-}
-
-double largest(DType dtype) {
-  switch (dtype) {
-    case DType::f64:
-      return 0x1.fffffffffffffp1023;
-    case DType::f16:
-      return 65504.0;
-    default:
-      return 0x1.fffffep127;
-  }
-}
-
-double smallest_normal(DType dtype) {
-  switch (dtype) {
-    case DType::f64:
-      return 0x1p-1022;
-    case DType::f16:
-      return 0x1p-14;
-    default:
-      return 0x1p-126;
-  }
-}
 
 // "[b, i, h, c]" of element n of a row-major tensor of this shape.
 std::string coordinates(const Shape& shape, std::int64_t n) {
@@ -68,7 +35,8 @@ std::string entry(const Versions& v, const std::vector<double>& fused,
 // result or its stand-in), and the floor of the subnormals.
 double slack_at(const Versions& v, std::size_t n, double value) {
   const DType dtype = v.fused.dtype();
-  return (*v.slack)[n] + epsilon(dtype) * std::abs(value) + 16 * smallest_normal(dtype);
+  return (*v.slack)[n] + limits(dtype).epsilon * std::abs(value) +
+         16 * limits(dtype).smallest_normal;
 }
 
 }  // namespace
@@ -76,7 +44,7 @@ double slack_at(const Versions& v, std::size_t n, double value) {
 std::string check_pattern(const Versions& v) {
   const std::vector<double> fused = v.fused.to_vector();
   const std::vector<double> lo = v.lo.to_vector();
-  const double overflow = largest(v.fused.dtype()) / 2;
+  const double overflow = limits(v.fused.dtype()).largest / 2;
   const auto near_overflow = [overflow](double x) {
     return std::isfinite(x) && std::abs(x) > overflow;
   };

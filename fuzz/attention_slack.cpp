@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "dtype_limits.hpp"
 #include "qkv/philox.hpp"
 
 namespace qkv::fuzz {
@@ -37,13 +38,9 @@ class BroadcastIndex {
   std::int64_t stride_[4] = {0, 0, 0, 0};
 };
 
-double epsilon(DType compute) { return compute == DType::f64 ? 0x1p-52 : 0x1p-23; }
-
-double smallest_normal(DType compute) { return compute == DType::f64 ? 0x1p-1022 : 0x1p-126; }
-
 // The factor that turns the magnitudes of n-term sums into slack.
 double slack_factor(std::int64_t n, DType compute) {
-  return 4 * std::sqrt(static_cast<double>(std::max<std::int64_t>(n, 1))) * epsilon(compute);
+  return 4 * std::sqrt(static_cast<double>(std::max<std::int64_t>(n, 1))) * limits(compute).epsilon;
 }
 
 void multiply(std::vector<double>& values, double factor) {
@@ -86,7 +83,7 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
   const auto all_finite = [](const double* x, std::int64_t n) {
     return std::all_of(x, x + n, [](double y) { return std::isfinite(y); });
   };
-  const double edge = smallest_normal(compute);
+  const double edge = limits(compute).smallest_normal;
   // The number of terms a result sums, counted over the whole chain: the backward's dS reads
   // out, which carries the forward's rounding over Tk keys, and dQ, dK, dV sum over Tk keys or
   // G Tq rows of products over D or Dv; dbias sums the entries its broadcast folds.
@@ -96,7 +93,7 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
   const double factor = slack_factor(terms, compute);
   // A P_ij below the smallest normal may come out as 0 or as a subnormal, whatever its exact
   // value (the fused kernel's exp returns 0 there): each kept pair may lose that much of P.
-  const double lost_p = 2 * smallest_normal(compute) / factor;
+  const double lost_p = 2 * limits(compute).smallest_normal / factor;
   std::vector<double> raw(Tk);
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t h = 0; h < Hq; ++h) {

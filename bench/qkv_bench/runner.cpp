@@ -285,13 +285,13 @@ std::vector<Shape> suite(const std::vector<std::int64_t>& ts, const std::vector<
     for (const std::int64_t d : ds) {
       for (const bool causal : {false, true}) {
         for (const std::int64_t t : ts) {
-          shapes.push_back({pass, 1, 8, t, t, d, causal, dtype});
+          shapes.push_back({pass, 1, 8, t, t, d, causal, dtype, {}});
         }
       }
     }
   }
   for (const std::int64_t tk : decode_tks) {
-    shapes.push_back({Pass::fwd, 1, 8, 1, tk, 128, false, dtype});
+    shapes.push_back({Pass::fwd, 1, 8, 1, tk, 128, false, dtype, {}});
   }
   return shapes;
 }

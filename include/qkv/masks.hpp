@@ -74,20 +74,6 @@ concept HasClassifyRow = requires(const M& m, std::int64_t x, const TileKind* on
   m.classify_row(x, x, x, x, x, x, only, k);
 };
 
-// The kind of a tile from its rows' key intervals.
-template <class M>
-TileKind tile_from_keys(const M& m, std::int64_t b, std::int64_t h, std::int64_t i0,
-                        std::int64_t i1, std::int64_t j0, std::int64_t j1) {
-  bool any = false, all = true;
-  for (std::int64_t i = i0; i < i1; ++i) {
-    const KeyRange r = m.keys(b, h, i);
-    const KeyRange in = intersect(r, {j0, j1});
-    any = any || !in.empty();
-    all = all && r.lo <= j0 && r.hi >= j1;
-  }
-  return all ? TileKind::full : any ? TileKind::partial : TileKind::empty;
-}
-
 // The kind of a tile by evaluating the mod on every element (stops once it saw both).
 template <class M>
 TileKind tile_by_elements(const M& m, std::int64_t b, std::int64_t h, std::int64_t i0,
@@ -144,6 +130,30 @@ void classify_row(const M& m, std::int64_t b, std::int64_t h, std::int64_t i0, s
   }
 }
 
+// The tiles of rows [i0, i1) for a composition `whole` of parts a and b (conjunction: and_masks,
+// else or_masks). A tile takes the kind that decides alone (empty for and, full for or) if a
+// part has it, the other part's kind if one part has the kind that changes nothing, and the walk
+// of `whole`'s elements where both are partial. For and, b is examined only where a left tiles.
+template <class Whole, class A, class B>
+void classify_parts(const Whole& whole, const A& a, const B& b, bool conjunction, std::int64_t n,
+                    std::int64_t h, std::int64_t i0, std::int64_t i1, std::int64_t Tk,
+                    std::int64_t bk, const TileKind* only, TileKind* kinds) {
+  const std::int64_t k_blocks = (Tk + bk - 1) / bk;
+  std::vector<TileKind> other(k_blocks);
+  masks::classify_row(a, n, h, i0, i1, Tk, bk, only, kinds);
+  masks::classify_row(b, n, h, i0, i1, Tk, bk, conjunction ? kinds : only, other.data());
+  const TileKind decides = conjunction ? TileKind::empty : TileKind::full;
+  const TileKind neutral = conjunction ? TileKind::full : TileKind::empty;
+  for (std::int64_t kb = 0; kb < k_blocks; ++kb) {
+    const TileKind x = kinds[kb], y = other[kb];
+    kinds[kb] = x == decides || y == decides ? decides
+                : x == neutral               ? y
+                : y == neutral
+                    ? x
+                    : tile_by_elements(whole, n, h, i0, i1, kb * bk, std::min((kb + 1) * bk, Tk));
+  }
+}
+
 // Keep where both keep. Exact intervals when both parts have them.
 template <class A, class B>
 struct And {
@@ -159,24 +169,11 @@ struct And {
   void classify_row(std::int64_t n, std::int64_t h, std::int64_t i0, std::int64_t i1,
                     std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const
       requires(!(HasKeys<A> && HasKeys<B>)) {
-    const std::int64_t k_blocks = (Tk + bk - 1) / bk;
-    std::vector<TileKind> other(k_blocks);
-    // The cheaper-to-classify part first; the other is examined only where it left tiles.
+    // The part with a closed form first; the element walk only where it left tiles.
     if constexpr (!HasKeys<A> && !HasClassifyRow<A> && (HasKeys<B> || HasClassifyRow<B>)) {
-      masks::classify_row(second, n, h, i0, i1, Tk, bk, only, kinds);
-      masks::classify_row(first, n, h, i0, i1, Tk, bk, kinds, other.data());
+      classify_parts(*this, second, first, true, n, h, i0, i1, Tk, bk, only, kinds);
     } else {
-      masks::classify_row(first, n, h, i0, i1, Tk, bk, only, kinds);
-      masks::classify_row(second, n, h, i0, i1, Tk, bk, kinds, other.data());
-    }
-    for (std::int64_t kb = 0; kb < k_blocks; ++kb) {
-      const TileKind x = kinds[kb], y = other[kb];
-      kinds[kb] = x == TileKind::empty || y == TileKind::empty ? TileKind::empty
-                  : x == TileKind::full                        ? y
-                  : y == TileKind::full
-                      ? x
-                      // Both partial: their kept keys may miss each other; the walk settles it.
-                      : tile_by_elements(*this, n, h, i0, i1, kb * bk, std::min((kb + 1) * bk, Tk));
+      classify_parts(*this, first, second, true, n, h, i0, i1, Tk, bk, only, kinds);
     }
   }
 };
@@ -191,19 +188,7 @@ struct Or {
   }
   void classify_row(std::int64_t n, std::int64_t h, std::int64_t i0, std::int64_t i1,
                     std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const {
-    const std::int64_t k_blocks = (Tk + bk - 1) / bk;
-    std::vector<TileKind> other(k_blocks);
-    masks::classify_row(first, n, h, i0, i1, Tk, bk, only, kinds);
-    masks::classify_row(second, n, h, i0, i1, Tk, bk, only, other.data());
-    for (std::int64_t kb = 0; kb < k_blocks; ++kb) {
-      const TileKind x = kinds[kb], y = other[kb];
-      kinds[kb] = x == TileKind::full || y == TileKind::full ? TileKind::full
-                  : x == TileKind::empty                     ? y
-                  : y == TileKind::empty
-                      ? x
-                      // Both partial: together they may keep every key; the walk settles it.
-                      : tile_by_elements(*this, n, h, i0, i1, kb * bk, std::min((kb + 1) * bk, Tk));
-    }
+    classify_parts(*this, first, second, false, n, h, i0, i1, Tk, bk, only, kinds);
   }
 };
 

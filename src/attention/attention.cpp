@@ -1,20 +1,16 @@
 #include "qkv/attention.hpp"
 
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <string>
-#include <string_view>
 
 #include "attention/common.hpp"
+#include "attention/run.hpp"
 #include "attention/validate.hpp"
-#include "core/thread_budget.hpp"
-#include "kernels/cpu/entry.hpp"
 #include "kernels/problem.hpp"
 #include "kernels/reference/entry.hpp"
 #include "qkv/block_mask.hpp"
 #include "qkv/error.hpp"
-#include "qkv/system.hpp"
 
 namespace qkv {
 namespace {
@@ -29,22 +25,17 @@ using attention::use_reference;
 // copies where needed (views otherwise), kept alive for the problem's pointers.
 template <class T>
 struct Prepared {
-  Tensor q, k, v, mask, bias;
+  attention::ComputeInputs<T> inputs;
+  Tensor mask, bias;
   std::shared_ptr<const detail::BlockMaskData> blocks;
   kernels::Problem<T> problem;
 
   // with_blocks: for the fused kernels, which walk the block mask.
   Prepared(const kernels::Dims& dims, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
            const AttentionOptions& options, bool with_blocks)
-      : q(q_in.to(dtype_of<T>()).contiguous()),
-        k(k_in.to(dtype_of<T>()).contiguous()),
-        v(v_in.to(dtype_of<T>()).contiguous()) {
+      : inputs(q_in, k_in, v_in) {
     kernels::Problem<T>& p = problem;
-    p.dims = dims;
-    p.q = static_cast<const T*>(q.data());
-    p.k = static_cast<const T*>(k.data());
-    p.v = static_cast<const T*>(v.data());
-    p.scale = static_cast<T>(options.scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.D))));
+    inputs.into(p, dims, options.scale, {options.dropout_p, options.seed, options.offset});
     if (options.mask.defined()) mask = options.mask.contiguous();
     p.mask_mod = attention::builtin_mask(dims, options, mask);
     const kernels::Lengths& lengths = p.mask_mod.lengths;
@@ -55,7 +46,6 @@ struct Prepared {
       p.score_mod.bias = attention::broadcast4<T>(bias);
     }
     p.score_mod.alibi_slopes = options.alibi_slopes.empty() ? nullptr : options.alibi_slopes.data();
-    p.dropout = {options.dropout_p, options.seed, options.offset};
     if (with_blocks) {
       // The block mask of the built-in options: per batch with lengths or a per-batch keep-mask,
       // per head with a per-head keep-mask; classified from the intervals (and the tensor's tiles).
@@ -79,18 +69,7 @@ void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, con
   }
   const bool reference = use_reference(options.backend);
   const Prepared<T> prepared(dims, q, k, v, options, !reference);
-  Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, dims.Dv}, dtype_of<T>());
-  Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
-  if (reference) {
-    kernels::reference::forward(prepared.problem, static_cast<T*>(out_t.data()),
-                                static_cast<T*>(lse_t.data()), static_cast<T*>(nullptr));
-  } else {
-    const detail::ThreadShare threads(num_threads());  // this call's share (qkv/system.hpp)
-    kernels::cpu::forward(prepared.problem, static_cast<T*>(out_t.data()),
-                          static_cast<T*>(lse_t.data()));
-  }
-  out.copy_from(out_t);
-  lse.copy_from(lse_t);
+  attention::run_forward<T>(prepared.problem, reference, out, lse);
 }
 
 template <class T>
@@ -105,27 +84,14 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
   }
   const bool reference = use_reference(options.backend);
   const Prepared<T> prepared(dims, q, k, v, options, !reference);
-  const Tensor dout_t = dout.to(dtype_of<T>()).contiguous();
-  const Tensor out_t = out.to(dtype_of<T>()).contiguous();
-  const Tensor lse_t = lse.to(dtype_of<T>()).contiguous();
-  Tensor dq = Tensor::empty({dims.B, dims.Tq, dims.Hq, dims.D}, dtype_of<T>());
-  Tensor dk = Tensor::empty({dims.B, dims.Tk, dims.Hk, dims.D}, dtype_of<T>());
-  Tensor dv = Tensor::empty({dims.B, dims.Tk, dims.Hk, dims.Dv}, dtype_of<T>());
   Tensor dbias;
   kernels::Broadcast4<T> dbias_index;
   if (options.bias.defined()) {
     dbias = Tensor::zeros(options.bias.shape(), dtype_of<T>());
     dbias_index = attention::broadcast4<T>(dbias);
   }
-  const auto backward = reference ? &kernels::reference::backward<T> : &kernels::cpu::backward<T>;
-  const detail::ThreadShare threads(reference ? 1 : num_threads());  // (qkv/system.hpp)
-  backward(prepared.problem, static_cast<const T*>(out_t.data()),
-           static_cast<const T*>(lse_t.data()), static_cast<const T*>(dout_t.data()),
-           static_cast<T*>(dq.data()), static_cast<T*>(dk.data()), static_cast<T*>(dv.data()),
-           static_cast<T*>(dbias.data()), dbias_index);
-  grads.dq.copy_from(dq);
-  grads.dk.copy_from(dk);
-  grads.dv.copy_from(dv);
+  attention::run_backward<T>(prepared.problem, reference, dout, out, lse,
+                             static_cast<T*>(dbias.data()), dbias_index, grads);
   if (dbias.defined()) grads.dbias.copy_from(dbias);
 }
 

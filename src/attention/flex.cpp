@@ -3,23 +3,17 @@
 // mask in the problem.
 #include "qkv/flex.hpp"
 
-#include <cmath>
 #include <limits>
 #include <string>
 
 #include "attention/common.hpp"
+#include "attention/run.hpp"
 #include "attention/validate.hpp"
-#include "core/thread_budget.hpp"
-#include "kernels/cpu/entry.hpp"
 #include "kernels/flex_mods.hpp"
-#include "kernels/reference/entry.hpp"
 #include "qkv/error.hpp"
-#include "qkv/system.hpp"
 
 namespace qkv::detail {
 namespace {
-
-using attention::dtype_of;
 
 AttentionOptions as_options(const FlexOptions& f) {
   AttentionOptions o;
@@ -49,25 +43,17 @@ BlockMask blocks_for(const BlockMask& given, const kernels::Dims& d) {
 
 template <class T>
 struct FlexPrepared {
-  Tensor q, k, v;
+  attention::ComputeInputs<T> inputs;
   kernels::FlexProblem<T> problem;
 
   FlexPrepared(const kernels::Dims& dims, const Tensor& q_in, const Tensor& k_in,
                const Tensor& v_in, const ErasedScore* score, const BlockMask& blocks,
                const FlexOptions& options)
-      : q(q_in.to(dtype_of<T>()).contiguous()),
-        k(k_in.to(dtype_of<T>()).contiguous()),
-        v(v_in.to(dtype_of<T>()).contiguous()) {
-    kernels::FlexProblem<T>& p = problem;
-    p.dims = dims;
-    p.q = static_cast<const T*>(q.data());
-    p.k = static_cast<const T*>(k.data());
-    p.v = static_cast<const T*>(v.data());
-    p.scale = static_cast<T>(options.scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.D))));
-    p.score_mod.erased = score;
-    p.mask_mod.erased = &blocks.data().mask;
-    p.blocks = &blocks.data();
-    p.dropout = {options.dropout_p, options.seed, options.offset};
+      : inputs(q_in, k_in, v_in) {
+    inputs.into(problem, dims, options.scale, {options.dropout_p, options.seed, options.offset});
+    problem.score_mod.erased = score;
+    problem.mask_mod.erased = &blocks.data().mask;
+    problem.blocks = &blocks.data();
   }
 };
 
@@ -76,18 +62,8 @@ void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, con
                 const ErasedScore* score, const BlockMask& blocks, const FlexOptions& options,
                 AttentionOutput& result) {
   const FlexPrepared<T> prepared(dims, q, k, v, score, blocks, options);
-  Tensor out = Tensor::empty(attention::out_shape(dims), dtype_of<T>());
-  Tensor lse = Tensor::empty(attention::lse_shape(dims), dtype_of<T>());
-  if (attention::use_reference(options.backend)) {
-    kernels::reference::forward(prepared.problem, static_cast<T*>(out.data()),
-                                static_cast<T*>(lse.data()), static_cast<T*>(nullptr));
-  } else {
-    const ThreadShare threads(num_threads());
-    kernels::cpu::forward(prepared.problem, static_cast<T*>(out.data()),
-                          static_cast<T*>(lse.data()));
-  }
-  result.out.copy_from(out);
-  result.lse.copy_from(lse);
+  attention::run_forward<T>(prepared.problem, attention::use_reference(options.backend), result.out,
+                            result.lse);
 }
 
 template <class T>
@@ -95,28 +71,8 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
                  const Tensor& v, const Tensor& out, const Tensor& lse, const ErasedScore* score,
                  const BlockMask& blocks, const FlexOptions& options, AttentionGrads& grads) {
   const FlexPrepared<T> prepared(dims, q, k, v, score, blocks, options);
-  const Tensor dout_t = dout.to(dtype_of<T>()).contiguous();
-  const Tensor out_t = out.to(dtype_of<T>()).contiguous();
-  const Tensor lse_t = lse.to(dtype_of<T>()).contiguous();
-  Tensor dq = Tensor::empty({dims.B, dims.Tq, dims.Hq, dims.D}, dtype_of<T>());
-  Tensor dk = Tensor::empty({dims.B, dims.Tk, dims.Hk, dims.D}, dtype_of<T>());
-  Tensor dv = Tensor::empty({dims.B, dims.Tk, dims.Hk, dims.Dv}, dtype_of<T>());
-  const bool reference = attention::use_reference(options.backend);
-  const ThreadShare threads(reference ? 1 : num_threads());
-  const auto run = [&](auto backward) {
-    backward(prepared.problem, static_cast<const T*>(out_t.data()),
-             static_cast<const T*>(lse_t.data()), static_cast<const T*>(dout_t.data()),
-             static_cast<T*>(dq.data()), static_cast<T*>(dk.data()), static_cast<T*>(dv.data()),
-             static_cast<T*>(nullptr), kernels::Broadcast4<T>{});
-  };
-  if (reference) {
-    run([](const auto&... a) { kernels::reference::backward(a...); });
-  } else {
-    run([](const auto&... a) { kernels::cpu::backward(a...); });
-  }
-  grads.dq.copy_from(dq);
-  grads.dk.copy_from(dk);
-  grads.dv.copy_from(dv);
+  attention::run_backward<T>(prepared.problem, attention::use_reference(options.backend), dout, out,
+                             lse, static_cast<T*>(nullptr), kernels::Broadcast4<T>{}, grads);
 }
 
 }  // namespace

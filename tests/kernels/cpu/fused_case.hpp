@@ -3,8 +3,11 @@
 // One attention problem for checking the fused kernel against the reference: sizes, options and
 // input layout, a printable name, and random inputs built from a seed.
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <ostream>
 #include <qkv/qkv.hpp>
 #include <string>
@@ -106,6 +109,28 @@ inline FusedInputs make_inputs(const FusedCase& c, DType dtype) {
   o.seed = c.seed * 7919;
   o.offset = 3;
   return in;
+}
+
+// Max |a - b|; equal infinities count as agreement, NaN or a lone infinity as infinite error.
+inline double max_error(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector();
+  const std::vector<double> y = b.to_vector();
+  double worst = 0;
+  for (std::size_t n = 0; n < x.size(); ++n) {
+    if (x[n] == y[n]) continue;
+    const double e = std::fabs(x[n] - y[n]);
+    worst = std::isfinite(e) ? std::max(worst, e) : std::numeric_limits<double>::infinity();
+  }
+  return worst;
+}
+
+// The largest finite |x| of t.
+inline double max_abs(const Tensor& t) {
+  double m = 0;
+  for (const double x : t.to_vector()) {
+    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  }
+  return m;
 }
 
 // Whether two runs' results, each tensor as its values, hold the same bits (NaN included).

@@ -10,11 +10,12 @@
 #include <cmath>
 #include <functional>
 #include <mutex>
-#include <qkv/qkv.hpp>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include "kernels/cpu/fused_case.hpp"
 
 namespace qkv::testing {
 namespace {
@@ -116,23 +117,6 @@ Inputs inputs(std::int64_t B, std::int64_t Tq, std::int64_t Tk, std::int64_t Hq,
           Tensor::randn({B, Tk, Hk, D}, g, DType::f64).to(dtype),
           Tensor::randn({B, Tk, Hk, D}, g, DType::f64).to(dtype),
           Tensor::randn({B, Tq, Hq, D}, g, DType::f64).to(dtype)};
-}
-
-double max_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_vector(), y = b.to_vector();
-  double worst = 0;
-  for (std::size_t n = 0; n < x.size(); ++n) {
-    if (x[n] == y[n]) continue;
-    const double e = std::fabs(x[n] - y[n]);
-    worst = std::isfinite(e) ? std::max(worst, e) : INFINITY;
-  }
-  return worst;
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (const double x : t.to_vector()) m = std::isfinite(x) ? std::max(m, std::fabs(x)) : m;
-  return m;
 }
 
 struct Results {

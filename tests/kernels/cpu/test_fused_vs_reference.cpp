@@ -41,27 +41,6 @@ FusedInputs widened(const FusedInputs& in) {
   return wide;
 }
 
-// Max |a - b|; equal infinities count as agreement, NaN or a lone infinity as infinite error.
-double max_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_vector();
-  const std::vector<double> y = b.to_vector();
-  double worst = 0;
-  for (std::size_t n = 0; n < x.size(); ++n) {
-    if (x[n] == y[n]) continue;
-    const double e = std::fabs(x[n] - y[n]);
-    worst = std::isfinite(e) ? std::max(worst, e) : std::numeric_limits<double>::infinity();
-  }
-  return worst;
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (const double x : t.to_vector()) {
-    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
-  }
-  return m;
-}
-
 struct Named {
   const char* name;
   Tensor Results::*field;

@@ -15,18 +15,6 @@
 namespace qkv::testing {
 namespace {
 
-double max_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_vector();
-  const std::vector<double> y = b.to_vector();
-  double worst = 0;
-  for (std::size_t n = 0; n < x.size(); ++n) {
-    if (x[n] == y[n]) continue;
-    const double e = std::fabs(x[n] - y[n]);
-    worst = std::isfinite(e) ? std::max(worst, e) : INFINITY;
-  }
-  return worst;
-}
-
 TEST(SimdTargets, EveryTargetAgreesWithTheReference) {
   FusedCase c;
   c.B = 2;
