@@ -36,6 +36,10 @@ struct Shape {
   // (window: the built-in window option; window_lambda: the same band as a user lambda). Empty:
   // the built-in options above.
   std::string variant;
+  // q, k, v, out, dout and the gradients stored [B, H, T, D] and handed to the kernels as views
+  // permuted to [B, T, H, D] (lse [B, H, T] either way): the kernels read and write them where they
+  // lie, so time and peak RSS should equal the contiguous rows'.
+  bool heads_first = false;
 
   // Decode: one query against a long KV cache. Its cost is reading K and V, so it is judged
   // against memory bandwidth, not against the FMA peak.

@@ -63,7 +63,7 @@ std::string Shape::describe() const {
   return std::string(pass_name(pass)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
          " Tq=" + std::to_string(Tq) + " Tk=" + std::to_string(Tk) + " D=" + std::to_string(D) +
          (causal ? " causal " : " ") + std::string(dtype_name(dtype)) +
-         (variant.empty() ? "" : " " + variant);
+         (variant.empty() ? "" : " " + variant) + (heads_first ? " heads_first" : "");
 }
 
 double flop_count(const Shape& shape) noexcept {
@@ -131,7 +131,8 @@ double kept_pairs(const BlockMask& m) {
 }
 
 // q [B, Tq, H, D], k [B, Tk, H, D], v [B, Tk, H, D] -> out [B, Tq, H, D], lse [B, H, Tq];
-// the backward adds dout [B, Tq, H, D] and dq, dk, dv shaped like q, k, v.
+// the backward adds dout [B, Tq, H, D] and dq, dk, dv shaped like q, k, v. With heads_first, each
+// of them a view of [B, H, T, D] memory.
 Workload::Workload(const Shape& shape) : shape_(shape) {
   check_shape(shape);
   options_.backend = Backend::cpu;
@@ -146,10 +147,17 @@ Workload::Workload(const Shape& shape) : shape_(shape) {
   // them, but a reproducible input keeps a surprising result reproducible too).
   Generator gen(2026);
   const DType dt = shape.dtype;
-  q_ = Tensor::randn({shape.B, shape.Tq, shape.H, shape.D}, gen, dt);
-  k_ = Tensor::randn({shape.B, shape.Tk, shape.H, shape.D}, gen, dt);
-  v_ = Tensor::randn({shape.B, shape.Tk, shape.H, shape.D}, gen, dt);
-  out_ = Tensor::empty({shape.B, shape.Tq, shape.H, shape.D}, dt);
+  // [B, T, H, D], stored as such or as [B, H, T, D]; random or left empty.
+  const auto rows = [&](std::int64_t T, bool random) {
+    const qkv::Shape stored = shape.heads_first ? qkv::Shape{shape.B, shape.H, T, shape.D}
+                                                : qkv::Shape{shape.B, T, shape.H, shape.D};
+    const Tensor t = random ? Tensor::randn(stored, gen, dt) : Tensor::empty(stored, dt);
+    return shape.heads_first ? t.permute({0, 2, 1, 3}) : t;
+  };
+  q_ = rows(shape.Tq, true);
+  k_ = rows(shape.Tk, true);
+  v_ = rows(shape.Tk, true);
+  out_ = rows(shape.Tq, false);
   lse_ = Tensor::empty({shape.B, shape.H, shape.Tq}, dt == DType::f64 ? DType::f64 : DType::f32);
   if (shape.pass == Pass::bwd) {
     if (blocks_.defined()) {
@@ -159,10 +167,10 @@ Workload::Workload(const Shape& shape) : shape_(shape) {
     } else {
       attention_forward(q_, k_, v_, options_, out_, lse_);
     }
-    dout_ = Tensor::randn(out_.shape(), gen, dt);
-    grads_.dq = Tensor::empty(q_.shape(), dt);
-    grads_.dk = Tensor::empty(k_.shape(), dt);
-    grads_.dv = Tensor::empty(v_.shape(), dt);
+    dout_ = rows(shape.Tq, true);
+    grads_.dq = rows(shape.Tq, false);
+    grads_.dk = rows(shape.Tk, false);
+    grads_.dv = rows(shape.Tk, false);
   }
 }
 

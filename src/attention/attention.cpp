@@ -7,7 +7,7 @@
 #include "attention/common.hpp"
 #include "attention/run.hpp"
 #include "attention/validate.hpp"
-#include "kernels/problem.hpp"
+#include "kernels/flash_params.hpp"
 #include "kernels/reference/entry.hpp"
 #include "qkv/block_mask.hpp"
 #include "qkv/error.hpp"
@@ -21,20 +21,21 @@ using attention::lse_shape;
 using attention::out_shape;
 using attention::use_reference;
 
-// The inputs and options of one call, converted for a backend that computes in T: contiguous
-// copies where needed (views otherwise), kept alive for the problem's pointers.
+// The inputs and options of one call, for a backend that computes in T: the caller's tensors
+// where the kernels can read them as they are, copies otherwise, kept alive for the params'
+// pointers.
 template <class T>
 struct Prepared {
   attention::ComputeInputs<T> inputs;
   Tensor mask, bias;
   std::shared_ptr<const detail::BlockMaskData> blocks;
-  kernels::Problem<T> problem;
+  kernels::FwdParams<T> params;
 
   // with_blocks: for the fused kernels, which walk the block mask.
   Prepared(const kernels::Dims& dims, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
            const AttentionOptions& options, bool with_blocks)
       : inputs(q_in, k_in, v_in) {
-    kernels::Problem<T>& p = problem;
+    kernels::FwdParams<T>& p = params;
     inputs.into(p, dims, options.scale, {options.dropout_p, options.seed, options.offset});
     if (options.mask.defined()) mask = options.mask.contiguous();
     p.mask_mod = attention::builtin_mask(dims, options, mask);
@@ -69,7 +70,7 @@ void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, con
   }
   const bool reference = use_reference(options.backend);
   const Prepared<T> prepared(dims, q, k, v, options, !reference);
-  attention::run_forward<T>(prepared.problem, reference, out, lse);
+  attention::run_forward(prepared.params, reference, out, lse);
 }
 
 template <class T>
@@ -90,8 +91,8 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
     dbias = Tensor::zeros(options.bias.shape(), dtype_of<T>());
     dbias_index = attention::broadcast4<T>(dbias);
   }
-  attention::run_backward<T>(prepared.problem, reference, dout, out, lse,
-                             static_cast<T*>(dbias.data()), dbias_index, grads);
+  attention::run_backward(prepared.params, reference, dout, out, lse, static_cast<T*>(dbias.data()),
+                          dbias_index, grads);
   if (dbias.defined()) grads.dbias.copy_from(dbias);
 }
 
@@ -101,11 +102,13 @@ Tensor weights_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, c
                   const AttentionOptions& options, DType dtype) {
   if (empty_problem(dims)) return Tensor::zeros({dims.B, dims.Hq, dims.Tq, dims.Tk}, dtype);
   const Prepared<T> prepared(dims, q, k, v, options, false);
-  Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, 1}, dtype_of<T>());
-  Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
+  const Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, 1}, dtype_of<T>());
+  const Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
   Tensor weights = Tensor::empty({dims.B, dims.Hq, dims.Tq, dims.Tk}, dtype_of<T>());
-  kernels::reference::forward(prepared.problem, static_cast<T*>(out_t.data()),
-                              static_cast<T*>(lse_t.data()), static_cast<T*>(weights.data()));
+  kernels::FwdParams<T> p = prepared.params;
+  p.out = attention::rows_of<T>(out_t);
+  p.lse = attention::stats_of<T>(lse_t);
+  kernels::reference::forward(p, static_cast<T*>(weights.data()));
   return weights.to(dtype);
 }
 

@@ -44,16 +44,16 @@ BlockMask blocks_for(const BlockMask& given, const kernels::Dims& d) {
 template <class T>
 struct FlexPrepared {
   attention::ComputeInputs<T> inputs;
-  kernels::FlexProblem<T> problem;
+  kernels::FlexFwdParams<T> params;
 
   FlexPrepared(const kernels::Dims& dims, const Tensor& q_in, const Tensor& k_in,
                const Tensor& v_in, const ErasedScore* score, const BlockMask& blocks,
                const FlexOptions& options)
       : inputs(q_in, k_in, v_in) {
-    inputs.into(problem, dims, options.scale, {options.dropout_p, options.seed, options.offset});
-    problem.score_mod.erased = score;
-    problem.mask_mod.erased = &blocks.data().mask;
-    problem.blocks = &blocks.data();
+    inputs.into(params, dims, options.scale, {options.dropout_p, options.seed, options.offset});
+    params.score_mod.erased = score;
+    params.mask_mod.erased = &blocks.data().mask;
+    params.blocks = &blocks.data();
   }
 };
 
@@ -62,8 +62,8 @@ void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, con
                 const ErasedScore* score, const BlockMask& blocks, const FlexOptions& options,
                 AttentionOutput& result) {
   const FlexPrepared<T> prepared(dims, q, k, v, score, blocks, options);
-  attention::run_forward<T>(prepared.problem, attention::use_reference(options.backend), result.out,
-                            result.lse);
+  attention::run_forward(prepared.params, attention::use_reference(options.backend), result.out,
+                         result.lse);
 }
 
 template <class T>
@@ -71,8 +71,8 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
                  const Tensor& v, const Tensor& out, const Tensor& lse, const ErasedScore* score,
                  const BlockMask& blocks, const FlexOptions& options, AttentionGrads& grads) {
   const FlexPrepared<T> prepared(dims, q, k, v, score, blocks, options);
-  attention::run_backward<T>(prepared.problem, attention::use_reference(options.backend), dout, out,
-                             lse, static_cast<T*>(nullptr), kernels::Broadcast4<T>{}, grads);
+  attention::run_backward(prepared.params, attention::use_reference(options.backend), dout, out,
+                          lse, static_cast<T*>(nullptr), kernels::Broadcast4<T>{}, grads);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 #pragma once
 
-// What attention.cpp and flex.cpp do once a problem is set up, whatever its mods: q, k and v
-// converted to the compute type, the backend run into compute-type outputs, the results copied
-// into the caller's tensors.
+// What attention.cpp and flex.cpp do once a problem is set up, whatever its mods: the caller's
+// tensors handed to the backend as they are (kernels/flash_params.hpp) where the kernels can read
+// or write them in place, converted or staged otherwise; the backend run with this call's share
+// of the threads.
 
 #include <cmath>
 #include <optional>
@@ -15,71 +16,120 @@
 
 namespace qkv::attention {
 
-// q, k, v in the compute type T, contiguous (views where they already are), alive for as long as
-// a problem points into them.
+// t (4 dimensions, [B, T, H, x]) as the kernels read it: t itself where its dtype is T and its
+// last dimension is contiguous, whatever its other strides (a permuted [B, H, T, D] view); else a
+// contiguous copy in T.
+template <class T>
+Tensor readable(const Tensor& t) {
+  const bool as_is = t.dtype() == dtype_of<T>() && (t.size(-1) <= 1 || t.stride(-1) == 1);
+  return as_is ? t : t.to(dtype_of<T>()).contiguous();
+}
+
+template <class E>
+kernels::Rows<E> rows_of(const Tensor& t) {  // t [B, T, H, x], last dimension contiguous
+  return {static_cast<E*>(t.data()), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+template <class E>
+kernels::RowStats<E> stats_of(const Tensor& t) {  // t [B, H, T]
+  return {static_cast<E*>(t.data()), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// One output of the kernels (validated: no two elements share memory, validate.hpp): the
+// caller's tensor where they can write it as it stands (dtype T; with last_contiguous, the last
+// dimension contiguous), else a contiguous tensor in T that finish() copies into the caller's.
+template <class T>
+class Writable {
+ public:
+  explicit Writable(Tensor& dest, bool last_contiguous = true)
+      : dest_(dest),
+        direct_(dest.dtype() == dtype_of<T>() &&
+                (!last_contiguous || dest.size(-1) <= 1 || dest.stride(-1) == 1)),
+        tensor_(direct_ ? dest : Tensor::empty(dest.shape(), dtype_of<T>())) {}
+  const Tensor& tensor() const { return tensor_; }
+  void finish() {
+    if (!direct_) dest_.copy_from(tensor_);
+  }
+
+ private:
+  Tensor& dest_;
+  bool direct_;
+  Tensor tensor_;
+};
+
+// q, k, v as the kernels read them (readable), alive for as long as params point into them.
 template <class T>
 struct ComputeInputs {
   Tensor q, k, v;
 
   ComputeInputs(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in)
-      : q(q_in.to(dtype_of<T>()).contiguous()),
-        k(k_in.to(dtype_of<T>()).contiguous()),
-        v(v_in.to(dtype_of<T>()).contiguous()) {}
+      : q(readable<T>(q_in)), k(readable<T>(k_in)), v(readable<T>(v_in)) {}
 
-  // Sizes, pointers, the resolved scale (default 1 / sqrt(D)) and dropout into problem p.
-  template <class Problem>
-  void into(Problem& p, const kernels::Dims& dims, std::optional<double> scale,
+  // Sizes, q, k, v, the resolved scale (default 1 / sqrt(D)) and dropout into params p.
+  template <class Params>
+  void into(Params& p, const kernels::Dims& dims, std::optional<double> scale,
             const kernels::DropoutParams& dropout) const {
     p.dims = dims;
-    p.q = static_cast<const T*>(q.data());
-    p.k = static_cast<const T*>(k.data());
-    p.v = static_cast<const T*>(v.data());
+    p.q = rows_of<const T>(q);
+    p.k = rows_of<const T>(k);
+    p.v = rows_of<const T>(v);
     p.scale = static_cast<T>(scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.D))));
     p.dropout = dropout;
   }
 };
 
 // out [B, Tq, Hq, Dv], lse [B, Hq, Tq] (the caller's, any dtype and strides) <- the forward of
-// problem p on the reference or on the fused kernel, with this call's share of the threads.
-template <class T, class Problem>
-void run_forward(const Problem& p, bool reference, Tensor& out, Tensor& lse) {
-  Tensor out_t = Tensor::empty(out_shape(p.dims), dtype_of<T>());
-  Tensor lse_t = Tensor::empty(lse_shape(p.dims), dtype_of<T>());
+// params (q, k, v and mods set) on the reference or on the fused kernel, with this call's share of
+// the threads.
+template <class T, class S, class M>
+void run_forward(const kernels::FwdParams<T, S, M>& params, bool reference, Tensor& out,
+                 Tensor& lse) {
+  Writable<T> out_w(out);
+  Writable<T> lse_w(lse, false);
+  kernels::FwdParams<T, S, M> p = params;
+  p.out = rows_of<T>(out_w.tensor());
+  p.lse = stats_of<T>(lse_w.tensor());
   if (reference) {
-    kernels::reference::forward(p, static_cast<T*>(out_t.data()), static_cast<T*>(lse_t.data()),
-                                static_cast<T*>(nullptr));
+    kernels::reference::forward(p, static_cast<T*>(nullptr));
   } else {
     const detail::ThreadShare threads(num_threads());  // this call's share (qkv/system.hpp)
-    kernels::cpu::forward(p, static_cast<T*>(out_t.data()), static_cast<T*>(lse_t.data()));
+    kernels::cpu::forward(p);
   }
-  out.copy_from(out_t);
-  lse.copy_from(lse_t);
+  out_w.finish();
+  lse_w.finish();
 }
 
-// grads.dq, dk, dv (the caller's) <- the backward of problem p from dout, out and lse as the
-// forward returned them; dbias (compute type, zeroed, may be null) accumulates through
-// dbias_index.
-template <class T, class Problem>
-void run_backward(const Problem& p, bool reference, const Tensor& dout, const Tensor& out,
-                  const Tensor& lse, T* dbias, const kernels::Broadcast4<T>& dbias_index,
-                  AttentionGrads& grads) {
-  const kernels::Dims& d = p.dims;
-  const Tensor dout_t = dout.to(dtype_of<T>()).contiguous();
-  const Tensor out_t = out.to(dtype_of<T>()).contiguous();
-  const Tensor lse_t = lse.to(dtype_of<T>()).contiguous();
-  Tensor dq = Tensor::empty({d.B, d.Tq, d.Hq, d.D}, dtype_of<T>());
-  Tensor dk = Tensor::empty({d.B, d.Tk, d.Hk, d.D}, dtype_of<T>());
-  Tensor dv = Tensor::empty({d.B, d.Tk, d.Hk, d.Dv}, dtype_of<T>());
-  const auto backward =
-      reference ? &kernels::reference::backward<T, typename Problem::Score, typename Problem::Mask>
-                : &kernels::cpu::backward<T, typename Problem::Score, typename Problem::Mask>;
-  const detail::ThreadShare threads(reference ? 1 : num_threads());  // (qkv/system.hpp)
-  backward(p, static_cast<const T*>(out_t.data()), static_cast<const T*>(lse_t.data()),
-           static_cast<const T*>(dout_t.data()), static_cast<T*>(dq.data()),
-           static_cast<T*>(dk.data()), static_cast<T*>(dv.data()), dbias, dbias_index);
-  grads.dq.copy_from(dq);
-  grads.dk.copy_from(dk);
-  grads.dv.copy_from(dv);
+// grads.dq, dk, dv (the caller's) <- the backward of params (q, k, v and mods set) from dout, out
+// and lse as the forward returned them; dbias (compute type, zeroed, may be null) accumulates
+// through dbias_index.
+template <class T, class S, class M>
+void run_backward(const kernels::FwdParams<T, S, M>& params, bool reference, const Tensor& dout,
+                  const Tensor& out, const Tensor& lse, T* dbias,
+                  const kernels::Broadcast4<T>& dbias_index, AttentionGrads& grads) {
+  const Tensor dout_r = readable<T>(dout);
+  const Tensor out_r = readable<T>(out);
+  const Tensor lse_r = lse.to(dtype_of<T>());
+  Writable<T> dq(grads.dq), dk(grads.dk), dv(grads.dv);
+  kernels::BwdParams<T, S, M> p;
+  static_cast<kernels::FwdParams<T, S, M>&>(p) = params;
+  // The backward only reads out and lse.
+  p.out = rows_of<T>(out_r);
+  p.lse = stats_of<T>(lse_r);
+  p.dout = rows_of<const T>(dout_r);
+  p.dq = rows_of<T>(dq.tensor());
+  p.dk = rows_of<T>(dk.tensor());
+  p.dv = rows_of<T>(dv.tensor());
+  p.dbias = dbias;
+  p.dbias_index = dbias_index;
+  if (reference) {
+    kernels::reference::backward(p);
+  } else {
+    const detail::ThreadShare threads(num_threads());  // (qkv/system.hpp)
+    kernels::cpu::backward(p);
+  }
+  dq.finish();
+  dk.finish();
+  dv.finish();
 }
 
 }  // namespace qkv::attention

@@ -16,8 +16,9 @@ DType lse_dtype(DType input) noexcept;
 // Checks that `tensor` (named `argument`) is defined with the given shape and dtype.
 void expect_tensor(const Tensor& tensor, const char* argument, const Shape& shape, DType dtype);
 
-// Checks that an output tensor can be written: the expected shape and dtype, and no memory
-// shared with any of the inputs (so that writing it cannot change what is being read).
+// Checks that an output tensor can be written: the expected shape and dtype, no two elements in
+// the same memory, and no memory shared with any of the inputs (so that writing it cannot change
+// what is being read).
 void expect_output(const Tensor& tensor, const char* argument, const Shape& shape, DType dtype,
                    std::initializer_list<const Tensor*> inputs);
 

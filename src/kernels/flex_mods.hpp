@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/problem.hpp"
+#include "kernels/flash_params.hpp"
 #include "qkv/block_mask.hpp"
 #include "qkv/dual.hpp"
 #include "qkv/flex.hpp"
@@ -61,6 +61,8 @@ struct FlexScore {
 };
 
 template <class T>
-using FlexProblem = Problem<T, FlexScore<T>, FlexMask>;
+using FlexFwdParams = FwdParams<T, FlexScore<T>, FlexMask>;
+template <class T>
+using FlexBwdParams = BwdParams<T, FlexScore<T>, FlexMask>;
 
 }  // namespace qkv::kernels

@@ -10,6 +10,31 @@ struct Dims {
   std::int64_t group() const noexcept { return Hq / Hk; }  // query heads per k/v head
 };
 
+// q, k, v, out and their gradients as the kernels see them, indexed [B, T, H, x]: element
+// (b, t, h, x) at data[b * batch + t * row + h * head + x]. The last dimension is contiguous,
+// the others may have any strides (a [B, H, T, D] tensor permuted to [B, T, H, D] is such a
+// view as it stands). E = T (written) or const T (read).
+template <class E>
+struct Rows {
+  E* data = nullptr;
+  std::int64_t batch = 0, row = 0, head = 0;
+
+  E* at(std::int64_t b, std::int64_t t, std::int64_t h) const noexcept {
+    return data + b * batch + t * row + h * head;
+  }
+};
+
+// lse [B, H, Tq] as the kernels see it: element (b, h, i) at data[b * batch + h * head + i * row].
+template <class E>
+struct RowStats {
+  E* data = nullptr;
+  std::int64_t batch = 0, head = 0, row = 0;
+
+  E& operator()(std::int64_t b, std::int64_t h, std::int64_t i) const noexcept {
+    return data[b * batch + h * head + i * row];
+  }
+};
+
 // A read-only view of a tensor broadcast to [B, Hq, Tq, Tk]: a stride of 0 repeats a dimension.
 // An empty view (data == nullptr) stands for "not given".
 template <class T>

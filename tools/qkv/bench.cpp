@@ -36,6 +36,7 @@ struct BenchOptions {
   std::vector<std::string> passes;
   std::string dtype = "f32";
   bool variants = false;
+  std::string layout = "bthd";
 };
 
 std::string cpu_model() {
@@ -86,6 +87,7 @@ nlohmann::ordered_json row_json(const bench::RowResult& r, bool have_peak) {
       {"D", s.D},
       {"causal", s.causal},
       {"dtype", dtype_name(s.dtype)},
+      {"layout", s.heads_first ? "bhtd" : "bthd"},
       {"threads", r.threads},
       {"reps", r.reps},
       {"ms", rounded(r.ms, 4)},
@@ -106,19 +108,21 @@ nlohmann::ordered_json row_json(const bench::RowResult& r, bool have_peak) {
 }
 
 void print_header(bool have_peak) {
-  std::printf("%-6s %-4s %2s %3s %6s %6s %4s %-6s %-5s %7s %4s %10s %8s %7s", "kernel", "pass", "B",
-              "H", "Tq", "Tk", "D", "causal", "dtype", "threads", "reps", "ms", "GFLOP/s", "GB/s");
+  std::printf("%-6s %-4s %2s %3s %6s %6s %4s %-6s %-5s %-6s %7s %4s %10s %8s %7s", "kernel", "pass",
+              "B", "H", "Tq", "Tk", "D", "causal", "dtype", "layout", "threads", "reps", "ms",
+              "GFLOP/s", "GB/s");
   if (have_peak) std::printf(" %6s %8s %6s", "%fma", "%stream", "%now");
   std::printf(" %8s\n", "RSS_MB");
 }
 
 void print_row(const bench::RowResult& r, bool have_peak) {
   const bench::Shape& s = r.shape;
-  std::printf("%-6s %-4s %2lld %3lld %6lld %6lld %4lld %-6s %-5s %7d %4d %10.3f %8.1f", "cpu",
+  std::printf("%-6s %-4s %2lld %3lld %6lld %6lld %4lld %-6s %-5s %-6s %7d %4d %10.3f %8.1f", "cpu",
               std::string(bench::pass_name(s.pass)).c_str(), static_cast<long long>(s.B),
               static_cast<long long>(s.H), static_cast<long long>(s.Tq),
               static_cast<long long>(s.Tk), static_cast<long long>(s.D), s.causal ? "yes" : "no",
-              std::string(dtype_name(s.dtype)).c_str(), r.threads, r.reps, r.ms, r.gflops);
+              std::string(dtype_name(s.dtype)).c_str(), s.heads_first ? "bhtd" : "bthd", r.threads,
+              r.reps, r.ms, r.gflops);
   if (s.is_decode()) {
     std::printf(" %7.1f", r.gbps);
   } else {
@@ -234,7 +238,15 @@ void run_bench(const BenchOptions& opt) {
   for (const bench::Shape& shape : bench::suite(ts, ds, decode_tks, dtype)) {
     bool wanted = opt.passes.empty();
     for (const std::string& pass : opt.passes) wanted |= bench::parse_pass(pass) == shape.pass;
-    if (wanted) shapes.push_back(shape);
+    if (!wanted) continue;
+    // --layout both: each row twice in a row, contiguous then heads first, so that the pair
+    // shares the machine's state of the moment.
+    for (const bool heads_first : {false, true}) {
+      if (opt.layout != "both" && heads_first != (opt.layout == "bhtd")) continue;
+      bench::Shape laid = shape;
+      laid.heads_first = heads_first;
+      shapes.push_back(laid);
+    }
   }
 
   // Opened before the run so a bad path fails in a second, not after the whole suite.
@@ -331,6 +343,11 @@ void add_bench(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--dtype", opt->dtype, "Storage and compute type")
       ->check(CLI::IsMember({"f32", "f64"}));
+  cmd->add_option("--layout", opt->layout,
+                  "Where q, k, v, out, dout and the gradients lie: bthd ([B, T, H, D], "
+                  "contiguous), bhtd ([B, H, T, D] memory passed as permuted views, read and "
+                  "written in place), both (each row in both layouts, side by side)")
+      ->check(CLI::IsMember({"bthd", "bhtd", "both"}));
   cmd->callback([opt] { run_bench(*opt); });
 }
 

@@ -61,9 +61,7 @@ struct Packed {
   const std::uint8_t* k_finite = nullptr;   // [B * Hk, tk_pad / kBk]
   const std::uint8_t* qo_finite = nullptr;  // [B * Hq, q_blocks]
   std::int64_t q_blocks = 0;
-  // With soft-capping: the forward's out [B, Tq, Hq, Dv] for dominant_key, and 1 / sum_j P_ij per
-  // row [B, Hq, Tq] (inverse_row_sums).
-  const T* out = nullptr;
+  // With soft-capping: 1 / sum_j P_ij per row [B, Hq, Tq] (inverse_row_sums).
   const T* inv_sigma = nullptr;
 };
 
@@ -98,7 +96,7 @@ void dominant_key(const T* P, const T* z, std::int64_t cols, const T* dout, cons
 //   dV [cols, Dv] += (P * Z)^T dO and dK [cols, D] += dS^T Q when rows_finite is false,
 //   dQ [rows, D] += dS K when keys_finite is false; the other products are left to the caller.
 template <class T, class ScoreMod, class MaskMod>
-void products_kept(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
+void products_kept(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
                    std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols,
                    TileKind kind, const T* lse_row, bool rows_finite, bool keys_finite, const T* PZ,
                    const T* dS, const T* q, const T* dob, const T* k, T* dq, T* dk, T* dv) {
@@ -142,13 +140,12 @@ void tile_scores(const Dims& d, const Packed<T>& packed, std::int64_t head, std:
 
 // One tile: rows [i0, i0 + rows) of head h against keys [j0, j0 + cols) of k/v head hk.
 // Accumulates into scratch.dk / scratch.dv (this k-block), dq_part ([B, Hq, Tq, D], like
-// packed.q) and dbias.
+// packed.q) and p.dbias; lse and delta [B, Hq, Tq].
 template <class T, class ScoreMod, class MaskMod>
-void backward_tile(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
+void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
                    const T* delta, std::int64_t b, std::int64_t h, std::int64_t i0,
                    std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
-                   BackwardScratch<T>& scratch, T* dq_part, T* dbias,
-                   const Broadcast4<T>& dbias_index) {
+                   BackwardScratch<T>& scratch, T* dq_part) {
   const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
   const std::int64_t head = b * d.Hk + hk;
@@ -217,15 +214,14 @@ void backward_tile(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& pack
     for (std::int64_t c = 0; c < cols; ++c) dp[c] = pr[c] * (dp[c] - delta_row[r]);
     if (dominant) {
       dominant_key(pr, dropout ? Z + r * kBk : static_cast<T*>(nullptr), cols, dob + r * d.Dv,
-                   packed.out + ((b * d.Tq + i0 + r) * d.Hq + h) * d.Dv,
-                   p.v + ((b * d.Tk + j0) * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Dv, dp);
+                   p.out.at(b, i0 + r, h), p.v.at(b, j0, hk), p.v.row, d.Dv, dp);
     }
     // Where the mask drops, P is 0 but dP - D_i may be NaN (a NaN value, a NaN dO): 0, not NaN.
     if (kind == TileKind::partial) mask_row(p.mask_mod, b, h, i0 + r, j0, cols, T(0), dp);
     // forward: s += bias  ->  dbias = dS, summed over the bias's broadcast dimensions
-    if (dbias != nullptr) {
+    if (p.dbias != nullptr) {
       for (std::int64_t c = 0; c < cols; ++c)
-        dbias[dbias_index.offset(b, h, i0 + r, j0 + c)] += dp[c];
+        p.dbias[p.dbias_index.offset(b, h, i0 + r, j0 + c)] += dp[c];
     }
     // forward: s' = score_mod(s), s = (scale q) . k  ->  ds = ds' * score_mod'(s)
     if (slope) row_mul(dp, grad + r * kBk);
@@ -250,8 +246,8 @@ void backward_tile(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& pack
 // GQA), 0.85x with this (and the cap in double). One more S = Q K^T, cap and exp per tile: about
 // 40 ms of a soft-capped backward of 165 (T = 1024, D = 64, H = 8, one thread of the Zen 3 VM).
 template <class T, class ScoreMod, class MaskMod>
-void inverse_row_sums(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
-                      T* inv_sigma) {
+void inverse_row_sums(const FwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed,
+                      const T* lse, T* inv_sigma) {
   const Dims& d = p.dims;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   std::fill(inv_sigma, inv_sigma + d.B * d.Hq * d.Tq, T(1));
@@ -292,11 +288,10 @@ void inverse_row_sums(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& p
 // Work item: keys of k-blocks [kb_lo, kb_hi) for batches [b_lo, b_hi) and k/v heads
 // [hk_lo, hk_hi).
 template <class T, class ScoreMod, class MaskMod>
-void backward_item(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
+void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
                    const T* delta, std::int64_t b_lo, std::int64_t b_hi, std::int64_t hk_lo,
                    std::int64_t hk_hi, std::int64_t kb_lo, std::int64_t kb_hi,
-                   BackwardScratch<T>& scratch, T* dq_part, T* dk, T* dv, T* dbias,
-                   const Broadcast4<T>& dbias_index) {
+                   BackwardScratch<T>& scratch, T* dq_part) {
   const Dims& d = p.dims;
   const BlockView blocks(p.blocks);
   for (std::int64_t b = b_lo; b < b_hi; ++b) {
@@ -314,27 +309,22 @@ void backward_item(const Problem<T, ScoreMod, MaskMod>& p, const Packed<T>& pack
             const std::int64_t i0 = qb * kBq;
             const std::int64_t rows = std::min({kBq, d.Tq - i0, row_limit(p.mask_mod, b) - i0});
             if (rows <= 0) continue;
-            backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch, dq_part,
-                          dbias, dbias_index);
+            backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch, dq_part);
           }
         }
         for (std::int64_t c = 0; c < cols; ++c) {
-          std::copy_n(scratch.dk.get() + c * d.D, d.D,
-                      dk + ((b * d.Tk + j0 + c) * d.Hk + hk) * d.D);
-          std::copy_n(scratch.dv.get() + c * d.Dv, d.Dv,
-                      dv + ((b * d.Tk + j0 + c) * d.Hk + hk) * d.Dv);
+          std::copy_n(scratch.dk.get() + c * d.D, d.D, p.dk.at(b, j0 + c, hk));
+          std::copy_n(scratch.dv.get() + c * d.Dv, d.Dv, p.dv.at(b, j0 + c, hk));
         }
       }
     }
   }
 }
 
-// out, dout [B, Tq, Hq, Dv] and lse [B, Hq, Tq] from the forward -> dq [B, Tq, Hq, D], dk
-// [B, Tk, Hk, D], dv [B, Tk, Hk, Dv] and dbias (the bias's shape, dbias_index maps into it; null
-// without a bias); q, k, v and the options are in p.
+// q, k, v, out, lse and dout -> dq, dk, dv (every row written: each k-block of each (b, k/v
+// head) belongs to one item) and dbias; kernels/flash_params.hpp.
 template <class T, class ScoreMod, class MaskMod>
-void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T* lse,
-                   const T* dout, T* dq, T* dk, T* dv, T* dbias, const Broadcast4<T>& dbias_index) {
+void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   const Dims& d = p.dims;
   const std::int64_t q_elems = d.B * d.Tq * d.Hq * d.D;
   // D_i = rowsum(dO_i * O_i), [B, Hq, Tq]; and scale * Q and dO head by head ([B, Hq, Tq, D or
@@ -346,6 +336,9 @@ void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T
   // 0.61 -> 0.71, D = 128 0.63 -> 0.71.
   const std::int64_t rows_all = d.B * d.Hq * d.Tq;
   auto delta = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all, 1)));
+  // lse as [B, Hq, Tq] side by side (the caller's may have any strides): a tile reads the rows
+  // of its q-block together.
+  auto lse = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all, 1)));
   auto q_heads = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(q_elems, 1)));
   auto dout_heads =
       hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all * d.Dv, 1)));
@@ -356,12 +349,14 @@ void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T
     const std::int64_t i = row % d.Tq;
     const std::int64_t h = row / d.Tq % d.Hq;
     const std::int64_t b = row / d.Tq / d.Hq;
-    const std::int64_t at = (b * d.Tq + i) * d.Hq + h;  // of [B, Tq, Hq]
+    const T* dout = p.dout.at(b, i, h);
+    const T* out = p.out.at(b, i, h);
     T sum = 0;
-    for (std::int64_t c = 0; c < d.Dv; ++c) sum += dout[at * d.Dv + c] * out[at * d.Dv + c];
+    for (std::int64_t c = 0; c < d.Dv; ++c) sum += dout[c] * out[c];
     delta[row] = sum;
-    scale_rows(p.q + at * d.D, d.D, 1, d.D, p.scale, q_heads.get() + row * d.D);
-    std::copy_n(dout + at * d.Dv, d.Dv, dout_heads.get() + row * d.Dv);
+    lse[row] = p.lse(b, h, i);
+    scale_rows(p.q.at(b, i, h), d.D, 1, d.D, p.scale, q_heads.get() + row * d.D);
+    std::copy_n(dout, d.Dv, dout_heads.get() + row * d.Dv);
   }
 #pragma omp parallel for schedule(static)
   for (std::int64_t block = 0; block < d.B * d.Hq * q_blocks; ++block) {
@@ -372,8 +367,6 @@ void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T
     qo_finite[block] = all_finite(q_heads.get() + first * d.D, rows * d.D) &&
                        all_finite(dout_heads.get() + first * d.Dv, rows * d.Dv);
   }
-  std::fill(dk, dk + d.B * d.Tk * d.Hk * d.D, T(0));
-  std::fill(dv, dv + d.B * d.Tk * d.Hk * d.Dv, T(0));
   Packed<T> packed;
   packed.tk_pad = round_up(d.Tk, kBk);
   auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
@@ -385,14 +378,14 @@ void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T
   for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
     const std::int64_t b = bh / d.Hk;
     const std::int64_t hk = bh % d.Hk;
-    const T* k_head = p.k + (b * d.Tk * d.Hk + hk) * d.D;
-    pack_tiles_transposed(k_head, d.Hk * d.D, d.Tk, d.D, kBk, kt.get() + bh * d.D * packed.tk_pad);
+    const T* k_head = p.k.at(b, 0, hk);
+    pack_tiles_transposed(k_head, p.k.row, d.Tk, d.D, kBk, kt.get() + bh * d.D * packed.tk_pad);
     T* k_tiles_of_head = kp.get() + bh * d.D * packed.tk_pad;
-    pack_tiles(k_head, d.Hk * d.D, d.Tk, d.D, kBk, k_tiles_of_head);
+    pack_tiles(k_head, p.k.row, d.Tk, d.D, kBk, k_tiles_of_head);
     for (std::int64_t t = 0; t < k_tiles; ++t) {
       k_finite[bh * k_tiles + t] = all_finite(k_tiles_of_head + t * kBk * d.D, kBk * d.D);
     }
-    pack_tiles_transposed(p.v + (b * d.Tk * d.Hk + hk) * d.Dv, d.Hk * d.Dv, d.Tk, d.Dv, kBk,
+    pack_tiles_transposed(p.v.at(b, 0, hk), p.v.row, d.Tk, d.Dv, kBk,
                           vt.get() + bh * d.Dv * packed.tk_pad);
   }
   packed.kt = kt.get();
@@ -406,16 +399,15 @@ void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T
   std::vector<T> inv_sigma;
   if (renormalizes(p.score_mod)) {
     inv_sigma.resize(static_cast<size_t>(rows_all));
-    inverse_row_sums(p, packed, lse, inv_sigma.data());
-    packed.out = out;
+    inverse_row_sums(p, packed, lse.get(), inv_sigma.data());
     packed.inv_sigma = inv_sigma.data();
   }
 
   // Items must not share dbias elements: a bias broadcast over B, heads or keys keeps those
   // dimensions inside one item.
-  const bool shared_b = dbias != nullptr && dbias_index.stride[0] == 0;
-  const bool shared_h = dbias != nullptr && dbias_index.stride[1] == 0;
-  const bool shared_j = dbias != nullptr && dbias_index.stride[3] == 0;
+  const bool shared_b = p.dbias != nullptr && p.dbias_index.stride[0] == 0;
+  const bool shared_h = p.dbias != nullptr && p.dbias_index.stride[1] == 0;
+  const bool shared_j = p.dbias != nullptr && p.dbias_index.stride[3] == 0;
   const std::int64_t k_blocks = (d.Tk + kBk - 1) / kBk;
   // Chunks of at least 4 k-blocks, at most 8 chunks: enough items to balance two to a few
   // threads, and dQ partials of at most 8x the size of dQ.
@@ -438,10 +430,9 @@ void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T
       const std::int64_t bi = item / chunks / nh;
       const std::int64_t b_lo = shared_b ? 0 : bi;
       const std::int64_t hk_lo = shared_h ? 0 : hi;
-      backward_item(p, packed, lse, delta.get(), b_lo, shared_b ? d.B : bi + 1, hk_lo,
+      backward_item(p, packed, lse.get(), delta.get(), b_lo, shared_b ? d.B : bi + 1, hk_lo,
                     shared_h ? d.Hk : hi + 1, chunk * k_blocks / chunks,
-                    (chunk + 1) * k_blocks / chunks, scratch, dq_base + chunk * q_elems, dk, dv,
-                    dbias, dbias_index);
+                    (chunk + 1) * k_blocks / chunks, scratch, dq_base + chunk * q_elems);
     }
   }
 #pragma omp parallel for schedule(static)
@@ -449,7 +440,7 @@ void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T
     const std::int64_t i = row % d.Tq;
     const std::int64_t h = row / d.Tq % d.Hq;
     const std::int64_t b = row / d.Tq / d.Hq;
-    T* dq_row = dq + ((b * d.Tq + i) * d.Hq + h) * d.D;
+    T* dq_row = p.dq.at(b, i, h);
     std::copy_n(dq_base + row * d.D, d.D, dq_row);
     for (std::int64_t c = 1; c < chunks; ++c) {
       const T* part = dq_base + c * q_elems + row * d.D;
@@ -460,26 +451,10 @@ void backward_impl(const Problem<T, ScoreMod, MaskMod>& p, const T* out, const T
   }
 }
 
-void BackwardF32(const Problem<float>& p, const float* out, const float* lse, const float* dout,
-                 float* dq, float* dk, float* dv, float* dbias,
-                 const Broadcast4<float>& dbias_index) {
-  backward_impl(p, out, lse, dout, dq, dk, dv, dbias, dbias_index);
-}
-void BackwardF64(const Problem<double>& p, const double* out, const double* lse, const double* dout,
-                 double* dq, double* dk, double* dv, double* dbias,
-                 const Broadcast4<double>& dbias_index) {
-  backward_impl(p, out, lse, dout, dq, dk, dv, dbias, dbias_index);
-}
-void FlexBackwardF32(const FlexProblem<float>& p, const float* out, const float* lse,
-                     const float* dout, float* dq, float* dk, float* dv, float* dbias,
-                     const Broadcast4<float>& dbias_index) {
-  backward_impl(p, out, lse, dout, dq, dk, dv, dbias, dbias_index);
-}
-void FlexBackwardF64(const FlexProblem<double>& p, const double* out, const double* lse,
-                     const double* dout, double* dq, double* dk, double* dv, double* dbias,
-                     const Broadcast4<double>& dbias_index) {
-  backward_impl(p, out, lse, dout, dq, dk, dv, dbias, dbias_index);
-}
+void BackwardF32(const BwdParams<float>& p) { backward_impl(p); }
+void BackwardF64(const BwdParams<double>& p) { backward_impl(p); }
+void FlexBackwardF32(const FlexBwdParams<float>& p) { backward_impl(p); }
+void FlexBackwardF64(const FlexBwdParams<double>& p) { backward_impl(p); }
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -493,30 +468,23 @@ HWY_EXPORT(FlexBackwardF32);
 HWY_EXPORT(FlexBackwardF64);
 
 template <>
-void backward(const Problem<float>& problem, const float* out, const float* lse, const float* dout,
-              float* dq, float* dk, float* dv, float* dbias, const Broadcast4<float>& dbias_index) {
-  HWY_DYNAMIC_DISPATCH(BackwardF32)(problem, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+void backward(const BwdParams<float>& params) {
+  HWY_DYNAMIC_DISPATCH(BackwardF32)(params);
 }
 
 template <>
-void backward(const Problem<double>& problem, const double* out, const double* lse,
-              const double* dout, double* dq, double* dk, double* dv, double* dbias,
-              const Broadcast4<double>& dbias_index) {
-  HWY_DYNAMIC_DISPATCH(BackwardF64)(problem, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+void backward(const BwdParams<double>& params) {
+  HWY_DYNAMIC_DISPATCH(BackwardF64)(params);
 }
 
 template <>
-void backward(const FlexProblem<float>& problem, const float* out, const float* lse,
-              const float* dout, float* dq, float* dk, float* dv, float* dbias,
-              const Broadcast4<float>& dbias_index) {
-  HWY_DYNAMIC_DISPATCH(FlexBackwardF32)(problem, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+void backward(const FlexBwdParams<float>& params) {
+  HWY_DYNAMIC_DISPATCH(FlexBackwardF32)(params);
 }
 
 template <>
-void backward(const FlexProblem<double>& problem, const double* out, const double* lse,
-              const double* dout, double* dq, double* dk, double* dv, double* dbias,
-              const Broadcast4<double>& dbias_index) {
-  HWY_DYNAMIC_DISPATCH(FlexBackwardF64)(problem, out, lse, dout, dq, dk, dv, dbias, dbias_index);
+void backward(const FlexBwdParams<double>& params) {
+  HWY_DYNAMIC_DISPATCH(FlexBackwardF64)(params);
 }
 
 }  // namespace qkv::kernels::cpu

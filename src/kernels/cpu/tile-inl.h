@@ -14,7 +14,7 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/cpu/tile_traits.hpp"
-#include "kernels/problem.hpp"
+#include "kernels/flash_params.hpp"
 #include "qkv/philox.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -114,7 +114,7 @@ void score_row(const M& mod, std::int64_t b, std::int64_t h, std::int64_t i, std
 // mask. With grad, also writes ds'/ds, 0 where the mask drops (only asked for when the mod has a
 // slope).
 template <class T, class ScoreMod, class MaskMod>
-void score_tile(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
+void score_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
                 std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols,
                 const TileKind* kinds, T* S, T* grad) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -174,7 +174,7 @@ void scale_rows(const T* src, std::int64_t ld, std::int64_t rows, std::int64_t d
 // Z [rows, kBk]: the dropout factor of (i0 + r, j0 + c), 0 or 1 / (1 - p). j0 is a multiple of
 // 4, so each Philox call serves four consecutive keys.
 template <class T, class ScoreMod, class MaskMod>
-void dropout_tile(const Problem<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
+void dropout_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
                   std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols, T* Z) {
   const DropoutParams& dropout = p.dropout;
   const T kept = static_cast<T>(1.0 / (1.0 - dropout.p));

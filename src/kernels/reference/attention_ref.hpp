@@ -2,31 +2,21 @@
 
 // The oracle: attention decomposed exactly as the semantics read, one (b, h) at a time, with
 // the score row S and probability row P materialized. Scalar, in the compute type T (double or
-// float), on contiguous canonical-layout arrays. Every fused kernel is checked against it.
+// float), on the kernels' strided params (kernels/flash_params.hpp). Every fused kernel is checked
+// against it.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <vector>
 
-#include "kernels/mods.hpp"
-#include "kernels/params.hpp"
+#include "kernels/flash_params.hpp"
 #include "qkv/dual.hpp"
 #include "qkv/philox.hpp"
 
 namespace qkv::kernels::reference {
-
-// Index helpers for the canonical layouts.
-inline std::int64_t qo_row(const Dims& d, std::int64_t b, std::int64_t i, std::int64_t h) {
-  return (b * d.Tq + i) * d.Hq + h;  // row of q/out/dq/dout [B, Tq, Hq, *]
-}
-inline std::int64_t kv_row(const Dims& d, std::int64_t b, std::int64_t j, std::int64_t hk) {
-  return (b * d.Tk + j) * d.Hk + hk;  // row of k/v/dk/dv [B, Tk, Hk, *]
-}
-inline std::int64_t lse_index(const Dims& d, std::int64_t b, std::int64_t h, std::int64_t i) {
-  return (b * d.Hq + h) * d.Tq + i;  // lse [B, Hq, Tq]
-}
 
 template <class T>
 T dot(const T* a, const T* b, std::int64_t n) {
@@ -58,17 +48,16 @@ T scaled_dot(T scale, const T* a, const T* b, std::int64_t n) {
 }
 
 // Row i of S (after score_mod) and of the keep mask, for head h of batch b.
+// s, kept [Tk].
 template <class T, class ScoreMod, class MaskMod>
-void score_row(const Dims& d, const T* q, const T* k, T scale, const ScoreMod& score_mod,
-               const MaskMod& mask_mod, std::int64_t b, std::int64_t h, std::int64_t i, T* s,
-               bool* kept) {
+void score_row(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
+               std::int64_t i, T* s, bool* kept) {
+  const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
-  const T* qi = q + qo_row(d, b, i, h) * d.D;
+  const T* qi = p.q.at(b, i, h);
   for (std::int64_t j = 0; j < d.Tk; ++j) {
-    kept[j] = mask_mod(b, h, i, j);
-    s[j] = kept[j]
-               ? score_mod(scaled_dot(scale, qi, k + kv_row(d, b, j, hk) * d.D, d.D), b, h, i, j)
-               : T(0);
+    kept[j] = p.mask_mod(b, h, i, j);
+    s[j] = kept[j] ? p.score_mod(scaled_dot(p.scale, qi, p.k.at(b, j, hk), d.D), b, h, i, j) : T(0);
   }
 }
 
@@ -109,20 +98,19 @@ T dp_minus_delta(const T* dout, const T* v, T z, const T* o, std::int64_t n) {
   return sum;
 }
 
-// q [B,Tq,Hq,D], k [B,Tk,Hk,D], v [B,Tk,Hk,Dv] -> out [B,Tq,Hq,Dv], lse [B,Hq,Tq];
-// weights [B,Hq,Tq,Tk] (P before dropout) when not null.
+// q, k, v -> out, lse (the shapes of kernels/flash_params.hpp); weights [B, Hq, Tq, Tk]
+// (contiguous; P before dropout) when not null.
 template <class T, class ScoreMod, class MaskMod>
-void attention_fwd_ref(const Dims& d, const T* q, const T* k, const T* v, T scale,
-                       const ScoreMod& score_mod, const MaskMod& mask_mod,
-                       const DropoutParams& dropout, T* out, T* lse, T* weights = nullptr) {
+void attention_fwd_ref(const FwdParams<T, ScoreMod, MaskMod>& p, T* weights = nullptr) {
+  const Dims& d = p.dims;
   std::vector<T> s(d.Tk);
-  std::vector<T> p(d.Tk);
+  std::vector<T> prob(d.Tk);
   std::unique_ptr<bool[]> kept(new bool[d.Tk > 0 ? d.Tk : 1]);
   for (std::int64_t b = 0; b < d.B; ++b) {
     for (std::int64_t h = 0; h < d.Hq; ++h) {
       const std::int64_t hk = h / d.group();
       for (std::int64_t i = 0; i < d.Tq; ++i) {
-        score_row(d, q, k, scale, score_mod, mask_mod, b, h, i, s.data(), kept.get());
+        score_row(p, b, h, i, s.data(), kept.get());
         // Stable softmax: lse = m + log(sum_j exp(s_j - m)) over the kept keys.
         T m = -std::numeric_limits<T>::infinity();
         bool nan_score = false;
@@ -130,7 +118,7 @@ void attention_fwd_ref(const Dims& d, const T* q, const T* k, const T* v, T scal
           if (kept[j] && s[j] > m) m = s[j];
           if (kept[j] && std::isnan(s[j])) nan_score = true;
         }
-        T* oi = out + qo_row(d, b, i, h) * d.Dv;
+        T* oi = p.out.at(b, i, h);
         T* wi = weights ? weights + ((b * d.Hq + h) * d.Tq + i) * d.Tk : nullptr;
         // Every key dropped, or every kept score -inf (a -inf bias is a mask). With a NaN score
         // the row goes on: the sum below is NaN, and so are lse and out.
@@ -139,24 +127,25 @@ void attention_fwd_ref(const Dims& d, const T* q, const T* k, const T* v, T scal
           if (wi) {
             for (std::int64_t j = 0; j < d.Tk; ++j) wi[j] = 0;
           }
-          lse[lse_index(d, b, h, i)] = m;
+          p.lse(b, h, i) = m;
           continue;
         }
         T sum = 0;
         for (std::int64_t j = 0; j < d.Tk; ++j) sum += kept[j] ? std::exp(s[j] - m) : T(0);
         const T row_lse = m + std::log(sum);
-        lse[lse_index(d, b, h, i)] = row_lse;
-        probability_row(s.data(), kept.get(), d.Tk, row_lse, renormalizes(score_mod), p.data());
+        p.lse(b, h, i) = row_lse;
+        probability_row(s.data(), kept.get(), d.Tk, row_lse, renormalizes(p.score_mod),
+                        prob.data());
         if (wi) {
-          for (std::int64_t j = 0; j < d.Tk; ++j) wi[j] = p[j];
+          for (std::int64_t j = 0; j < d.Tk; ++j) wi[j] = prob[j];
         }
         // Every kept key's value is read, also where P underflows to 0 or dropout drops it: an
         // inf or NaN in it gives NaN (0 * inf), as P @ V does in PyTorch.
         for (std::int64_t c = 0; c < d.Dv; ++c) oi[c] = 0;
         for (std::int64_t j = 0; j < d.Tk; ++j) {
           if (!kept[j]) continue;
-          const T pd = p[j] * dropout_scale<T>(d, dropout, b, h, i, j);
-          const T* vj = v + kv_row(d, b, j, hk) * d.Dv;
+          const T pd = prob[j] * dropout_scale<T>(d, p.dropout, b, h, i, j);
+          const T* vj = p.v.at(b, j, hk);
           for (std::int64_t c = 0; c < d.Dv; ++c) oi[c] += pd * vj[c];
         }
       }
@@ -164,17 +153,23 @@ void attention_fwd_ref(const Dims& d, const T* q, const T* k, const T* v, T scal
   }
 }
 
-// Backward of attention_fwd_ref. dout, out [B,Tq,Hq,Dv], lse [B,Hq,Tq] -> dq [B,Tq,Hq,D],
-// dk [B,Tk,Hk,D], dv [B,Tk,Hk,Dv] (overwritten), and dbias (accumulated, may be null) indexed
-// through its broadcast offsets so that broadcast dimensions are summed.
+// Backward of attention_fwd_ref: q, k, v, out, lse, dout -> dq, dk, dv (overwritten), and dbias
+// (accumulated, may be null) indexed through its broadcast offsets so that broadcast dimensions
+// are summed.
 template <class T, class ScoreMod, class MaskMod>
-void attention_bwd_ref(const Dims& d, const T* q, const T* k, const T* v, const T* out,
-                       const T* lse, const T* dout, T scale, const ScoreMod& score_mod,
-                       const MaskMod& mask_mod, const DropoutParams& dropout, T* dq, T* dk, T* dv,
-                       T* dbias, const Broadcast4<T>& dbias_index) {
-  for (std::int64_t n = 0; n < d.B * d.Tq * d.Hq * d.D; ++n) dq[n] = 0;
-  for (std::int64_t n = 0; n < d.B * d.Tk * d.Hk * d.D; ++n) dk[n] = 0;
-  for (std::int64_t n = 0; n < d.B * d.Tk * d.Hk * d.Dv; ++n) dv[n] = 0;
+void attention_bwd_ref(const BwdParams<T, ScoreMod, MaskMod>& p) {
+  const Dims& d = p.dims;
+  for (std::int64_t b = 0; b < d.B; ++b) {
+    for (std::int64_t i = 0; i < d.Tq; ++i) {
+      for (std::int64_t h = 0; h < d.Hq; ++h) std::fill_n(p.dq.at(b, i, h), d.D, T(0));
+    }
+    for (std::int64_t j = 0; j < d.Tk; ++j) {
+      for (std::int64_t hk = 0; hk < d.Hk; ++hk) {
+        std::fill_n(p.dk.at(b, j, hk), d.D, T(0));
+        std::fill_n(p.dv.at(b, j, hk), d.Dv, T(0));
+      }
+    }
+  }
   std::vector<T> s(d.Tk);
   std::vector<T> prob(d.Tk);
   std::unique_ptr<bool[]> kept(new bool[d.Tk > 0 ? d.Tk : 1]);
@@ -182,39 +177,40 @@ void attention_bwd_ref(const Dims& d, const T* q, const T* k, const T* v, const 
     for (std::int64_t h = 0; h < d.Hq; ++h) {
       const std::int64_t hk = h / d.group();
       for (std::int64_t i = 0; i < d.Tq; ++i) {
-        const T row_lse = lse[lse_index(d, b, h, i)];
+        const T row_lse = p.lse(b, h, i);
         if (row_lse == -std::numeric_limits<T>::infinity()) continue;  // zero gradients
-        score_row(d, q, k, scale, score_mod, mask_mod, b, h, i, s.data(), kept.get());
-        probability_row(s.data(), kept.get(), d.Tk, row_lse, renormalizes(score_mod), prob.data());
-        const T* qi = q + qo_row(d, b, i, h) * d.D;
-        const T* doi = dout + qo_row(d, b, i, h) * d.Dv;
-        const T* oi = out + qo_row(d, b, i, h) * d.Dv;
-        T* dqi = dq + qo_row(d, b, i, h) * d.D;
+        score_row(p, b, h, i, s.data(), kept.get());
+        probability_row(s.data(), kept.get(), d.Tk, row_lse, renormalizes(p.score_mod),
+                        prob.data());
+        const T* qi = p.q.at(b, i, h);
+        const T* doi = p.dout.at(b, i, h);
+        const T* oi = p.out.at(b, i, h);
+        T* dqi = p.dq.at(b, i, h);
         // D_i = rowsum(dO_i * O_i), which equals sum_j P_ij dP_ij even with dropout.
         const T delta = dot(doi, oi, d.Dv);
         for (std::int64_t j = 0; j < d.Tk; ++j) {
           if (!kept[j]) continue;
-          const T* kj = k + kv_row(d, b, j, hk) * d.D;
-          const T* vj = v + kv_row(d, b, j, hk) * d.Dv;
+          const T* kj = p.k.at(b, j, hk);
+          const T* vj = p.v.at(b, j, hk);
           // forward: Pd_ij = P_ij * z_ij; out_i = sum_j Pd_ij v_j
-          const T p = prob[j];
-          const T z = dropout_scale<T>(d, dropout, b, h, i, j);
-          T* dvj = dv + kv_row(d, b, j, hk) * d.Dv;
-          for (std::int64_t c = 0; c < d.Dv; ++c) dvj[c] += p * z * doi[c];
+          const T pij = prob[j];
+          const T z = dropout_scale<T>(d, p.dropout, b, h, i, j);
+          T* dvj = p.dv.at(b, j, hk);
+          for (std::int64_t c = 0; c < d.Dv; ++c) dvj[c] += pij * z * doi[c];
           // dP_ij = z_ij (dO_i . v_j); dS_ij = P_ij (dP_ij - D_i). With soft-capping, where P_ij >
           // 1/2 (one key at most per row) and dS_ij is finite, the difference is formed first.
-          T ds = p * (z * dot(doi, vj, d.Dv) - delta);
-          if (renormalizes(score_mod) && p > T(0.5) && std::isfinite(ds)) {
-            ds = p * dp_minus_delta(doi, vj, z, oi, d.Dv);
+          T ds = pij * (z * dot(doi, vj, d.Dv) - delta);
+          if (renormalizes(p.score_mod) && pij > T(0.5) && std::isfinite(ds)) {
+            ds = pij * dp_minus_delta(doi, vj, z, oi, d.Dv);
           }
-          if (dbias != nullptr) dbias[dbias_index.offset(b, h, i, j)] += ds;
+          if (p.dbias != nullptr) p.dbias[p.dbias_index.offset(b, h, i, j)] += ds;
           // forward: s_ij = score_mod((scale q_i) . k_j); chain through ds'/ds by dual numbers
-          const T raw = scaled_dot(scale, qi, kj, d.D);
-          const T draw = ds * score_mod(Dual<T>{raw, T(1)}, b, h, i, j).d;
-          T* dkj = dk + kv_row(d, b, j, hk) * d.D;
+          const T raw = scaled_dot(p.scale, qi, kj, d.D);
+          const T draw = ds * p.score_mod(Dual<T>{raw, T(1)}, b, h, i, j).d;
+          T* dkj = p.dk.at(b, j, hk);
           for (std::int64_t c = 0; c < d.D; ++c) {
-            dqi[c] += scale * draw * kj[c];
-            dkj[c] += scale * draw * qi[c];
+            dqi[c] += p.scale * draw * kj[c];
+            dkj[c] += p.scale * draw * qi[c];
           }
         }
       }

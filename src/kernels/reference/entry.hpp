@@ -1,23 +1,20 @@
 #pragma once
 
+#include "kernels/flash_params.hpp"
 #include "kernels/flex_mods.hpp"
-#include "kernels/params.hpp"
-#include "kernels/problem.hpp"
 
 namespace qkv::kernels::reference {
 
 // The reference backend's entry points (T = float or double), for the built-in options' mods and
-// flex_attention's (FlexProblem).
+// flex_attention's (FlexFwdParams, FlexBwdParams), on the same strided params as the fused
+// kernels.
 
-// -> out [B, Tq, Hq, Dv], lse [B, Hq, Tq], and weights [B, Hq, Tq, Tk] (P) when not null.
+// q, k, v -> out, lse, and weights [B, Hq, Tq, Tk] (P, contiguous) when not null.
 template <class T, class ScoreMod = BuiltinScore<T>, class MaskMod = BuiltinMask>
-void forward(const Problem<T, ScoreMod, MaskMod>& problem, T* out, T* lse, T* weights);
+void forward(const FwdParams<T, ScoreMod, MaskMod>& params, T* weights);
 
-// out, dout [B, Tq, Hq, Dv], lse [B, Hq, Tq] -> dq [B, Tq, Hq, D], dk [B, Tk, Hk, D],
-// dv [B, Tk, Hk, Dv]; dbias (zeroed by the caller, may be null) accumulates dS through
-// dbias_index, whose zero strides sum the bias's broadcast dimensions.
+// q, k, v, out, lse, dout -> dq, dk, dv, and dbias accumulated.
 template <class T, class ScoreMod = BuiltinScore<T>, class MaskMod = BuiltinMask>
-void backward(const Problem<T, ScoreMod, MaskMod>& problem, const T* out, const T* lse,
-              const T* dout, T* dq, T* dk, T* dv, T* dbias, const Broadcast4<T>& dbias_index);
+void backward(const BwdParams<T, ScoreMod, MaskMod>& params);
 
 }  // namespace qkv::kernels::reference

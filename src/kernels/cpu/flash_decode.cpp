@@ -1,0 +1,199 @@
+// The fused forward for decoding: up to TileTraits::kDecodeMaxQueries queries against a long KV
+// cache. K and V are read once, key by key and in order (no packed tiles), in splits of
+// kDecodeSplit keys that threads take in parallel; each split leaves a partial online-softmax
+// state per query row (softmax_state-inl.h), merged exactly at the end (split-KV, as
+// FlashDecoding). Every mod and the block mask as in the tiled forward (flash_fwd.cpp).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/flash_decode.cpp"
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "hwy/aligned_allocator.h"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/block_view.hpp"
+#include "kernels/cpu/decode.hpp"
+#include "kernels/cpu/softmax_state-inl.h"
+#include "kernels/cpu/tile-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::cpu::HWY_NAMESPACE {
+
+// The query heads [lo, hi) of one decode item: whole GQA groups, so whole k/v heads.
+struct HeadRange {
+  std::int64_t lo = 0;
+  std::int64_t hi = 0;
+};
+
+// The scores (scale q_i) . k_j (q_scaled: scale * Q, [B, Tq, Hq, D] contiguous) of the rows
+// [0, live) of the heads in `heads` of batch b against keys [j0, j0 + cols), into S [Hq * Tq, kBk]
+// (row h * Tq + i). Key by key: the K rows of one key, all heads side by side, are one contiguous
+// run, so K streams through memory in order and the hardware prefetchers follow it (head by head it
+// would jump Hk * D elements per key, a page at D = 128, Hk = 8, where they stop).
+template <class T, class ScoreMod, class MaskMod>
+void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const T* q_scaled, std::int64_t b,
+                   HeadRange heads, std::int64_t live, std::int64_t j0, std::int64_t cols, T* S) {
+  const Dims& d = p.dims;
+  for (std::int64_t c = 0; c < cols; ++c) {
+    for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+      const T* k = p.k.at(b, j0 + c, h / d.group());
+      for (std::int64_t i = 0; i < live; ++i) {
+        const T* q = q_scaled + ((b * d.Tq + i) * d.Hq + h) * d.D;
+        S[(h * d.Tq + i) * kBk + c] = score_dot(q, k, d.D);
+      }
+    }
+  }
+  // The columns past cols, which soft-capping reads with the rest of a row before the mask sets
+  // them to -inf.
+  for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+    for (std::int64_t i = 0; i < live; ++i) {
+      std::fill(S + (h * d.Tq + i) * kBk + cols, S + (h * d.Tq + i + 1) * kBk, T(0));
+    }
+  }
+}
+
+// acc [Hq * Tq, Dv] += P V for keys [j0, j0 + cols) of batch b (rows [0, live) of the heads in
+// `heads`), with P [Hq * Tq, kBk] as decode_scores lays it out; kinds [Hq]: each head's tile.
+// Key by key, so V streams in order too. In a partial tile, only the pairs the mask keeps: a
+// value the mask drops (a KV cache's unused tail) may hold anything, and 0 * NaN is NaN.
+template <class T, class ScoreMod, class MaskMod>
+void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, HeadRange heads,
+                   std::int64_t live, std::int64_t j0, std::int64_t cols, const TileKind* kinds,
+                   const T* P, T* acc) {
+  const Dims& d = p.dims;
+  for (std::int64_t c = 0; c < cols; ++c) {
+    for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+      if (kinds[h] == TileKind::empty) continue;
+      const T* v = p.v.at(b, j0 + c, h / d.group());
+      for (std::int64_t i = 0; i < live; ++i) {
+        if (kinds[h] == TileKind::partial && !p.mask_mod(b, h, i, j0 + c)) continue;
+        axpy(P[(h * d.Tq + i) * kBk + c], v, acc + (h * d.Tq + i) * d.Dv, d.Dv);
+      }
+    }
+  }
+}
+
+template <class T, class ScoreMod, class MaskMod>
+void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p) {
+  const Dims& d = p.dims;
+  const std::int64_t splits = (d.Tk + TileTraits::kDecodeSplit - 1) / TileTraits::kDecodeSplit;
+  const std::int64_t rows = d.B * d.Hq * d.Tq;  // one partial state per query row and split
+  auto part_m = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits));
+  auto part_l = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits));
+  auto part_acc = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits * d.Dv));
+  auto q_scaled = hwy::AllocateAligned<T>(static_cast<size_t>(rows * d.D));  // scale * Q
+  for (std::int64_t bi = 0; bi < d.B * d.Tq; ++bi) {  // the heads of row i of batch b
+    scale_rows(p.q.at(bi / d.Tq, bi % d.Tq, 0), p.q.head, d.Hq, d.D, p.scale,
+               q_scaled.get() + bi * d.Hq * d.D);
+  }
+  // Partial state of (b, h, i) for split c, at index ((b * Hq + h) * Tq + i) * splits + c.
+  // Fewer (batch, split) pairs than threads (short caches, B = 1) would leave threads idle: then
+  // the k/v heads are dealt out too, in as few groups as give every thread an item. No more
+  // than that: a group reads only its share of each key's row, and the gaps cost bandwidth (Tq =
+  // 1, Tk = 4096, D = 128, H = 8, 2 threads: 13.7-14.4 GB/s in 4 items of all heads, 8.3 GB/s
+  // in 8 items of half the heads; Tk = 1024: 9.6-10.6 GB/s in 2 groups, ~7 in 1 item). A
+  // partial's arithmetic does not depend on which item computes it, so neither do the results.
+  constexpr std::int64_t kItemsPerThread = 1;
+  const std::int64_t want_groups =
+      (kItemsPerThread * omp_get_max_threads() + d.B * splits - 1) / (d.B * splits);
+  const std::int64_t kv_per_group =
+      (d.Hk + std::min(want_groups, d.Hk) - 1) / std::min(want_groups, d.Hk);
+  const std::int64_t groups = (d.Hk + kv_per_group - 1) / kv_per_group;
+  const std::int64_t items = d.B * splits * groups;
+  const BlockView blocks(p.blocks);
+#pragma omp parallel
+  {
+    ForwardScratch<T> scratch(d.Hq * d.Tq, 0, d.Dv);  // rows h * Tq + i; no Q rows
+    const SoftmaxState<T> state = scratch.state();
+    std::vector<TileKind> kinds(static_cast<std::size_t>(d.Hq));  // each head's tile
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t item = 0; item < items; ++item) {
+      const std::int64_t group = item % groups;
+      const std::int64_t split = item / groups % splits;
+      const std::int64_t b = item / groups / splits;
+      const HeadRange heads{group * kv_per_group * d.group(),
+                            std::min((group + 1) * kv_per_group, d.Hk) * d.group()};
+      const std::int64_t live = live_rows(p, b, 0, d.Tq);
+      const std::int64_t k_end = std::min((split + 1) * TileTraits::kDecodeSplit, d.Tk);
+      state.rows_from(heads.lo * d.Tq, d.Dv).reset((heads.hi - heads.lo) * d.Tq, d.Dv);
+      for (std::int64_t j0 = split * TileTraits::kDecodeSplit; j0 < k_end; j0 += kBk) {
+        const std::int64_t cols = std::min(kBk, k_end - j0);
+        bool any = false;
+        for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+          kinds[h] = live > 0 ? blocks.kind(b, h, 0, j0 / kBk) : TileKind::empty;
+          any = any || kinds[h] != TileKind::empty;
+        }
+        if (!any) continue;
+        decode_scores(p, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
+        for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+          if (kinds[h] == TileKind::empty) continue;
+          softmax_tile(p, b, h, 0, live, j0, cols, &kinds[h], scratch.s.get() + h * d.Tq * kBk,
+                       scratch.z.get(), state.rows_from(h * d.Tq, d.Dv));
+        }
+        decode_values(p, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), state.acc);
+      }
+      for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+        for (std::int64_t i = 0; i < d.Tq; ++i) {
+          const std::int64_t at = ((b * d.Hq + h) * d.Tq + i) * splits + split;
+          part_m[at] = state.m[h * d.Tq + i];
+          part_l[at] = state.l[h * d.Tq + i];
+          std::copy_n(state.acc + (h * d.Tq + i) * d.Dv, d.Dv, part_acc.get() + at * d.Dv);
+        }
+      }
+    }
+  }
+  // Each row's partial states merged, in split order, into its out row, then finalized in place.
+#pragma omp parallel for schedule(static)
+  for (std::int64_t row = 0; row < rows; ++row) {
+    const std::int64_t i = row % d.Tq;
+    const std::int64_t h = row / d.Tq % d.Hq;
+    const std::int64_t b = row / d.Tq / d.Hq;
+    T m = 0, l = 0;
+    const SoftmaxState<T> merged{p.out.at(b, i, h), &m, &l};
+    merged.merge(0, d.Dv, splits, part_m.get() + row * splits, part_l.get() + row * splits,
+                 part_acc.get() + row * splits * d.Dv);
+    merged.finalize(0, d.Dv, live_rows(p, b, i, 1) == 0, merged.acc, p.lse(b, h, i));
+  }
+}
+
+void DecodeF32(const FwdParams<float>& p) { decode_impl(p); }
+void DecodeF64(const FwdParams<double>& p) { decode_impl(p); }
+void FlexDecodeF32(const FlexFwdParams<float>& p) { decode_impl(p); }
+void FlexDecodeF64(const FlexFwdParams<double>& p) { decode_impl(p); }
+
+}  // namespace qkv::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qkv::kernels::cpu {
+
+HWY_EXPORT(DecodeF32);
+HWY_EXPORT(DecodeF64);
+HWY_EXPORT(FlexDecodeF32);
+HWY_EXPORT(FlexDecodeF64);
+
+template <>
+void decode(const FwdParams<float>& params) {
+  HWY_DYNAMIC_DISPATCH(DecodeF32)(params);
+}
+
+template <>
+void decode(const FwdParams<double>& params) {
+  HWY_DYNAMIC_DISPATCH(DecodeF64)(params);
+}
+
+template <>
+void decode(const FlexFwdParams<float>& params) {
+  HWY_DYNAMIC_DISPATCH(FlexDecodeF32)(params);
+}
+
+template <>
+void decode(const FlexFwdParams<double>& params) {
+  HWY_DYNAMIC_DISPATCH(FlexDecodeF64)(params);
+}
+
+}  // namespace qkv::kernels::cpu
+#endif

@@ -1,0 +1,170 @@
+// The online softmax of the fused forward, as one piece: the state of a set of query rows
+// (running max m, running sum l, unnormalized output accumulator acc) that absorbs one score tile
+// at a time (rescaling what it holds when a row's max moves), merges partial states of the same
+// row computed over disjoint key ranges (split-KV decode), and finalizes into out and lse. Used by
+// the tiled forward (flash_fwd.cpp) and the decode (flash_decode.cpp). Per-target include guard.
+#if defined(QKV_KERNELSCPU_SOFTMAX_STATE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_KERNELSCPU_SOFTMAX_STATE_INL_H_
+#undef QKV_KERNELSCPU_SOFTMAX_STATE_INL_H_
+#else
+#define QKV_KERNELSCPU_SOFTMAX_STATE_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "hwy/aligned_allocator.h"
+#include "hwy/highway.h"
+#include "kernels/cpu/pack.hpp"
+#include "kernels/cpu/tile-inl.h"
+#include "kernels/cpu/tile_traits.hpp"
+#include "kernels/flash_params.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::cpu::HWY_NAMESPACE {
+
+// The online-softmax state of `rows` query rows: m [rows], l [rows], acc [rows, Dv]. A row that
+// has kept no key has m = -inf, l = 0 and acc 0; a row that met a NaN score has l = NaN.
+template <class T>
+struct SoftmaxState {
+  static constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  T* acc = nullptr;
+  T* m = nullptr;
+  T* l = nullptr;
+
+  void reset(std::int64_t rows, std::int64_t dim_v) const {
+    std::fill(acc, acc + rows * dim_v, T(0));
+    std::fill(m, m + rows, kNegInf);
+    std::fill(l, l + rows, T(0));
+  }
+  SoftmaxState rows_from(std::int64_t row, std::int64_t dim_v) const {
+    return {acc + row * dim_v, m + row, l + row};
+  }
+
+  // Absorbs the scores s [live, kBk] of one tile (after the mods and the mask; -inf where a key
+  // is dropped): s becomes P against the new running max, l takes the row sums, and acc is
+  // rescaled where a row's max moved. The caller then adds P V (times dropout's factors) into acc.
+  void absorb(T* s, std::int64_t live, std::int64_t dim_v) const {
+    // The new row maxima first, then every row's rescaling factor alpha = exp(m_old - m_new) in
+    // one vector pass (a libm call per row took 1.6% of the forward), over the live rows rounded
+    // up to whole vectors.
+    alignas(64) T m_new[TileTraits::kForwardBlockQ];
+    alignas(64) T alpha[TileTraits::kForwardBlockQ];
+    const std::int64_t vector_rows =
+        round_up(live, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())));
+    for (std::int64_t r = 0; r < vector_rows; ++r) {
+      m_new[r] = r < live ? std::max(m[r], row_max(s + r * kBk)) : T(0);
+      alpha[r] = r < live && m[r] != kNegInf ? m[r] - m_new[r] : T(0);
+    }
+    exp_rows(alpha, vector_rows);
+    for (std::int64_t r = 0; r < live; ++r) {
+      T* row = s + r * kBk;
+      if (m_new[r] == kNegInf) {
+        // Nothing kept in this row yet, or only -inf and NaN scores (whether the max returns
+        // a NaN depends on the target). A NaN must reach the row (docs/numerics.md): it poisons
+        // the row sum. -inf scores alone leave the row as if masked.
+        if (std::any_of(row, row + kBk, [](T x) { return x != kNegInf; })) {
+          l[r] = std::numeric_limits<T>::quiet_NaN();
+        }
+        std::fill(row, row + kBk, T(0));
+        continue;
+      }
+      // Rescale what was accumulated against the old max (a row that kept nothing before has
+      // nothing to rescale).
+      const T factor = m[r] == kNegInf ? T(0) : alpha[r];
+      const T row_sum = row_exp(row, m_new[r]);
+      l[r] = l[r] * factor + row_sum;
+      m[r] = m_new[r];
+      if (factor != T(1)) scale_row(acc + r * dim_v, dim_v, factor);
+    }
+  }
+
+  // Row r's out [Dv] <- acc / l and its lse <- m + log(l); a row that kept no key (or `dropped`:
+  // past its batch's query length) gets out 0 and lse -inf. out may be acc's own row.
+  void finalize(std::int64_t r, std::int64_t dim_v, bool dropped, T* out, T& lse) const {
+    const bool empty = dropped || l[r] == T(0);
+    const T inv = empty ? T(0) : T(1) / l[r];
+    for (std::int64_t c = 0; c < dim_v; ++c) out[c] = empty ? T(0) : acc[r * dim_v + c] * inv;
+    lse = empty ? kNegInf : m[r] + std::log(l[r]);
+  }
+
+  // Row r <- the merge of `parts` partial states of one row, each over its own keys: m [parts],
+  // l [parts], acc [parts, Dv]. Exact: the partials are rescaled to their common max, as the
+  // online softmax would have rescaled them had it seen their keys in one pass.
+  void merge(std::int64_t r, std::int64_t dim_v, std::int64_t parts, const T* part_m,
+             const T* part_l, const T* part_acc) const {
+    T m_all = kNegInf;
+    for (std::int64_t c = 0; c < parts; ++c) m_all = std::max(m_all, part_m[c]);
+    // A part whose kept scores were only -inf and NaN holds l = NaN with m = -inf: shifting by 0
+    // then, its weight exp(-inf) = 0 still carries the NaN (NaN * 0) into l.
+    const T shift = m_all == kNegInf ? T(0) : m_all;
+    T l_all = 0;
+    T* a = acc + r * dim_v;
+    std::fill(a, a + dim_v, T(0));
+    for (std::int64_t c = 0; c < parts; ++c) {
+      if (part_l[c] == T(0)) continue;  // kept nothing
+      const T weight = std::exp(part_m[c] - shift);
+      l_all += part_l[c] * weight;
+      for (std::int64_t x = 0; x < dim_v; ++x) a[x] += part_acc[c * dim_v + x] * weight;
+    }
+    m[r] = m_all;
+    l[r] = l_all;
+  }
+};
+
+// Per-thread scratch of the forward: score tiles and dropout factors for `rows` rows of kBk keys,
+// the rows of scale * Q [rows, D], and softmax state for the same rows.
+template <class T>
+struct ForwardScratch {
+  hwy::AlignedFreeUniquePtr<T[]> s, z, q, acc, m, l;
+  ForwardScratch(std::int64_t rows, std::int64_t dim, std::int64_t dim_v)
+      : s(hwy::AllocateAligned<T>(rows * kBk)),
+        z(hwy::AllocateAligned<T>(rows * kBk)),
+        q(hwy::AllocateAligned<T>(std::max<std::int64_t>(rows * dim, 1))),
+        acc(hwy::AllocateAligned<T>(std::max<std::int64_t>(rows * dim_v, 1))),
+        m(hwy::AllocateAligned<T>(rows)),
+        l(hwy::AllocateAligned<T>(rows)) {}
+  SoftmaxState<T> state() { return {acc.get(), m.get(), l.get()}; }
+};
+
+// One tile of the forward for rows [i0, i0 + live) of head h of batch b, whose scores against
+// keys [j0, j0 + cols) are in s [live, kBk] (scale * q . k, before the mods): the mods and the
+// mask (kinds: the tile kind of each 64-row half), the state's absorb, and dropout's factors z
+// [live, kBk] on what reaches V (not on the normalizer: lse is not affected). The caller then adds
+// P V into the state's acc.
+template <class T, class ScoreMod, class MaskMod>
+void softmax_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
+                  std::int64_t i0, std::int64_t live, std::int64_t j0, std::int64_t cols,
+                  const TileKind* kinds, T* s, T* z, const SoftmaxState<T>& state) {
+  score_tile(p, b, h, i0, live, j0, cols, kinds, s, static_cast<T*>(nullptr));
+  state.absorb(s, live, p.dims.Dv);
+  if (p.dropout.enabled()) {
+    dropout_tile(p, b, h, i0, live, j0, cols, z);
+    for (std::int64_t r = 0; r < live; ++r) row_mul(s + r * kBk, z + r * kBk);
+  }
+}
+
+// Rows at or past batch b's query length (row_limit) are dropped whole.
+template <class T, class ScoreMod, class MaskMod>
+std::int64_t live_rows(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t i0,
+                       std::int64_t rows) {
+  return std::clamp<std::int64_t>(row_limit(p.mask_mod, b) - i0, 0, rows);
+}
+
+// p.out and p.lse of rows [i0, i0 + rows) of head h of batch b <- state's rows [0, rows) finalized;
+// rows past `live` are dropped.
+template <class T, class ScoreMod, class MaskMod>
+void write_rows(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
+                std::int64_t i0, std::int64_t rows, std::int64_t live,
+                const SoftmaxState<T>& state) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    state.finalize(r, p.dims.Dv, r >= live, p.out.at(b, i0 + r, h), p.lse(b, h, i0 + r));
+  }
+}
+
+}  // namespace qkv::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // QKV_KERNELSCPU_SOFTMAX_STATE_INL_H_

@@ -1,0 +1,49 @@
+#pragma once
+
+// The kernel contract, in the style of FlashAttention's flash.h: what every backend receives for
+// one attention problem. Pointers with their batch, row and head strides (the caller's tensors as
+// they are: a permuted [B, H, T, D] view or a preallocated strided output costs no copy), the
+// sizes, the resolved scale, the score mod and the mask mod (the built-in options by default,
+// flex_attention's erased mods otherwise), the block mask the fused kernels walk, and dropout.
+
+#include "kernels/mods.hpp"
+#include "kernels/params.hpp"
+
+namespace qkv::detail {
+struct BlockMaskData;
+}
+
+namespace qkv::kernels {
+
+template <class T, class ScoreMod = BuiltinScore<T>, class MaskMod = BuiltinMask>
+struct FwdParams {
+  using Score = ScoreMod;
+  using Mask = MaskMod;
+  Dims dims;
+  Rows<const T> q;  // [B, Tq, Hq, D]
+  Rows<const T> k;  // [B, Tk, Hk, D]
+  Rows<const T> v;  // [B, Tk, Hk, Dv]
+  Rows<T> out;      // [B, Tq, Hq, Dv]: written by the forward, read by the backward
+  RowStats<T> lse;  // [B, Hq, Tq]: written by the forward, read by the backward
+  T scale = 1;
+  ScoreMod score_mod;
+  MaskMod mask_mod;
+  // The tiles of mask_mod (its batches and heads 1 or B and Hq); the reference does not read it.
+  const detail::BlockMaskData* blocks = nullptr;
+  DropoutParams dropout;
+};
+
+// The backward reads q, k, v, out and lse of the forward's params and dout; writes dq, dk, dv
+// (every element) and accumulates dS into dbias (zeroed by the caller; null without a bias)
+// through dbias_index, whose zero strides sum the bias's broadcast dimensions.
+template <class T, class ScoreMod = BuiltinScore<T>, class MaskMod = BuiltinMask>
+struct BwdParams : FwdParams<T, ScoreMod, MaskMod> {
+  Rows<const T> dout;  // [B, Tq, Hq, Dv]
+  Rows<T> dq;          // [B, Tq, Hq, D]
+  Rows<T> dk;          // [B, Tk, Hk, D]
+  Rows<T> dv;          // [B, Tk, Hk, Dv]
+  T* dbias = nullptr;
+  Broadcast4<T> dbias_index;
+};
+
+}  // namespace qkv::kernels
