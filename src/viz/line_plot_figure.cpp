@@ -7,8 +7,6 @@
 namespace qkv::viz {
 namespace {
 
-bool drawable(double value, bool log) { return std::isfinite(value) && (!log || value > 0); }
-
 // A rectangle in pixel coordinates, edges included.
 struct Box {
   double x0, y0, x1, y1;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@ inline constexpr double kMarkerRadius = 3.5;  // of the circle; the polygons are
 inline constexpr Rgb kGridMajor{225, 225, 225};
 inline constexpr Rgb kGridMinor{242, 242, 242};
 inline constexpr Rgb kLegendFrame{170, 170, 170};
+
+// Whether a point's coordinate can be drawn: finite, and > 0 on a log axis.
+inline bool drawable(double value, bool log_axis) {
+  return std::isfinite(value) && (!log_axis || value > 0);
+}
 
 // Dashes along a line: `on` pixels drawn then `off` pixels skipped (both 0 for a solid line).
 struct DashPattern {

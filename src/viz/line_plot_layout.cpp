@@ -29,8 +29,6 @@ std::string number(double value) {
   return text;
 }
 
-bool drawable(double value, bool log) { return std::isfinite(value) && (!log || value > 0); }
-
 // One axis's options, named for the messages.
 struct AxisOptions {
   const char* name;  // "x", "y"
