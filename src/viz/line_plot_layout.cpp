@@ -119,6 +119,12 @@ void axis_limits(const std::vector<Series>& series, const LinePlotOptions& optio
     if (!axis.min) lo = axis.log ? std::pow(10.0, low) : low;
     if (!axis.max) hi = axis.log ? std::pow(10.0, high) : high;
   }
+  // Data near the largest double can widen past it, or span more than a double holds.
+  if (!std::isfinite(lo) || !std::isfinite(hi) || !std::isfinite(hi - lo)) {
+    throw Error("series",
+                std::string(axis.name) + " values whose range, widened by 5%, is a finite double",
+                number(lo) + " .. " + number(hi));
+  }
   if (!(lo < hi)) {
     const bool blame_max = axis.max.has_value();
     throw Error(std::string("options.") + axis.name + (blame_max ? "_max" : "_min"),
@@ -134,19 +140,19 @@ int widest_label(const std::vector<AxisTick>& ticks) {
   return width;
 }
 
-// The columns the first and last labeled x ticks' labels span; {0, 0} when none is labeled.
+// The columns from the first labeled x tick's label to the end of the last one's.
 struct Span {
   int left = 0, right = 0;
+  bool any = false;  // false when no tick is labeled
 };
 Span label_span(const std::vector<AxisTick>& ticks) {
   Span span;
-  bool any = false;
   for (const AxisTick& tick : ticks) {
     if (tick.label.empty()) continue;
     const int left = tick.pixel - text_width(tick.label) / 2;
-    if (!any) span.left = left;
+    if (!span.any) span.left = left;
     span.right = left + text_width(tick.label);
-    any = true;
+    span.any = true;
   }
   return span;
 }
@@ -232,8 +238,8 @@ LinePlotLayout line_plot_layout(const std::vector<Series>& series, const LinePlo
                                    double(layout.axes.x + layout.axes.width - 1)},
                                   true);
     const Span span = label_span(layout.x_ticks);
-    const int over_left = std::max(0, kMargin - span.left);
-    const int over_right = std::max(0, span.right - (options.width - kMargin));
+    const int over_left = span.any ? std::max(0, kMargin - span.left) : 0;
+    const int over_right = span.any ? std::max(0, span.right - (options.width - kMargin)) : 0;
     if (over_left == 0 && over_right == 0) break;
     if (attempt == 3) {
       for (AxisTick& tick : layout.x_ticks) {

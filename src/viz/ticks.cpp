@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -78,13 +79,16 @@ std::vector<AxisTick> step_ticks(const AxisScale& scale, int m, int k) {
   const double step = m * pow10(k);
   const Multiples n = multiples(scale, step);
   std::vector<AxisTick> ticks;
-  for (double i = n.first; i <= n.last; ++i) ticks.push_back(make_tick(scale, i * step, k, true));
+  // Counted apart from n: past 2^53, n + 1 == n in a double.
+  for (std::int64_t i = 0; i <= static_cast<std::int64_t>(n.last - n.first); ++i) {
+    ticks.push_back(make_tick(scale, (n.first + static_cast<double>(i)) * step, k, true));
+  }
   return ticks;
 }
 
 std::vector<AxisTick> linear_ticks(const AxisScale& scale, bool horizontal) {
   const int top = floor_log10(scale.max - scale.min);
-  int last_m = 0, last_k = 0;  // the largest step with a tick in range so far
+  int last_m = 1, last_k = top - 3;  // the largest step with a tick in range so far
   for (int k = top - 3; k <= top + 1; ++k) {
     for (const int m : {1, 2, 5}) {
       const double step = m * pow10(k);

@@ -43,6 +43,9 @@ TEST(LinePlotErrors, BadSeries) {
   expect_rejected({{"", {1}, {1}}}, {}, "series[0].name");
   expect_rejected({kGood[0], {"b", {1, 2}, {1}}}, {}, "series[1].y");
   expect_rejected({{"nan", {1, 2}, {NAN, NAN}}}, {}, "series");  // nothing to take limits from
+  // Widened by 5%, the range passes the largest double.
+  expect_rejected({{"huge", {0, 1.75e308}, {1, 2}}}, {}, "series");
+  expect_rejected({{"huge", {1, 2}, {-1.7e308, 1.7e308}}}, {}, "series");
 }
 
 TEST(LinePlotErrors, LogAxisWithoutAPositiveValue) {

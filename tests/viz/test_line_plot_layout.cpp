@@ -282,6 +282,14 @@ TEST(LinePlotLayout, TickLabelsHaveTheDigitsOfTheStep) {
   EXPECT_EQ(tick_label(1.0001e6, 2), "1000100");
 }
 
+TEST(LinePlotLayout, ValuesAtTheResolutionOfADoubleStillGetTheirTicks) {
+  // Doubles near 2^60 are 256 apart: a step of 100 is no step there, and n + 1 == n for its
+  // multiples (about 1.2e16); the ticks still come in order.
+  const LinePlotLayout layout =
+      line_plot_layout({{"far", {0x1p60, 0x1p60 + 256, 0x1p60 + 512}, {1, 2, 3}}}, {});
+  expect_invariants(layout, 1);
+}
+
 TEST(LinePlotLayout, PixelsFollowTheScale) {
   LinePlotOptions options;
   options.log_x = true;
