@@ -34,6 +34,7 @@ struct BenchOptions {
   bool quick = false;
   bool no_decode = false;
   std::string json_path;
+  std::string plot_path;
   int threads = 0;  // 0: num_threads()
   int reps = 0;     // 0: bench::reps_for picks
   std::vector<std::int64_t> ts;
@@ -42,7 +43,6 @@ struct BenchOptions {
   std::vector<std::string> passes;
   std::string dtype = "f32";
   bool variants = false;
-  std::string plot_path;
 };
 
 std::string cpu_model() {
