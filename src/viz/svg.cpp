@@ -1,71 +1,18 @@
 // SVG heatmaps: the same layout as the PNG, one <rect> per cell, text as <text> in the font the
 // PNG's bitmaps come from, so a browser draws the same picture with sharper letters.
-#include <cstdio>
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
-#include <string_view>
-#include <system_error>
 
-#include "qkv/error.hpp"
 #include "qkv/viz/heatmap.hpp"
 #include "viz/figure.hpp"
 #include "viz/font.hpp"
 #include "viz/layout.hpp"
-#include "viz/text.hpp"
+#include "viz/svg_doc.hpp"
 
 namespace qkv::viz {
 namespace {
-
-// Text as XML character data or attribute value: markup characters escaped, malformed UTF-8 and
-// control characters (which XML forbids) replaced by '?'.
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  for (char32_t c : decode_utf8(text)) {
-    switch (c) {
-      case U'&':
-        out += "&amp;";
-        break;
-      case U'<':
-        out += "&lt;";
-        break;
-      case U'>':
-        out += "&gt;";
-        break;
-      case U'"':
-        out += "&quot;";
-        break;
-      case U'\'':
-        out += "&apos;";
-        break;
-      default:
-        if (c < 0x80) {
-          out += static_cast<char>(c);
-        } else {
-          // Re-encode as UTF-8: 2, 3 or 4 bytes, lead byte first.
-          const int extra = c < 0x800 ? 1 : c < 0x10000 ? 2 : 3;
-          static constexpr unsigned char kLead[] = {0, 0xC0, 0xE0, 0xF0};
-          out += static_cast<char>(kLead[extra] | (c >> (6 * extra)));
-          for (int k = extra - 1; k >= 0; --k)
-            out += static_cast<char>(0x80 | ((c >> (6 * k)) & 0x3F));
-        }
-    }
-  }
-  return out;
-}
-
-std::string hex(Rgb color) {
-  char text[8];
-  std::snprintf(text, sizeof text, "#%02x%02x%02x", color.r, color.g, color.b);
-  return text;
-}
-
-// <text> with its baseline font::kBaseline below top, anchored at x ("start", "middle", "end").
-void text(std::ostream& out, int x, int top, const char* anchor, std::string_view label) {
-  out << "<text x=\"" << x << "\" y=\"" << top + font::kBaseline << "\" text-anchor=\"" << anchor
-      << "\">" << xml_escape(label) << "</text>\n";
-}
 
 std::string render(const Figure& figure) {
   const HeatmapLayout& layout = figure.layout;
@@ -74,11 +21,7 @@ std::string render(const Figure& figure) {
   const int grid_h = static_cast<int>(figure.rows) * cell;
   constexpr int kH = font::kHeight;
   std::ostringstream out;
-  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << layout.width << "\" height=\""
-      << layout.height << "\" viewBox=\"0 0 " << layout.width << ' ' << layout.height
-      << "\" font-family=\"DejaVu Sans Mono, monospace\" font-size=\"" << font::kPixelSize
-      << "\" fill=\"#202020\">\n";
+  svg_begin(out, layout.width, layout.height);
   // The color bar's gradient: viridis at each ninth, which is how colormap.cpp defines it.
   out << "<defs><linearGradient id=\"viridis\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">\n";
   constexpr int kStops = 8;
@@ -87,13 +30,12 @@ std::string render(const Figure& figure) {
     out << "<stop offset=\"" << t << "\" stop-color=\"" << hex(viridis(t)) << "\"/>\n";
   }
   out << "</linearGradient></defs>\n";
-  out << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
-  if (!figure.title.empty()) text(out, layout.width / 2, kMargin, "middle", figure.title);
+  if (!figure.title.empty()) svg_text(out, layout.width / 2, kMargin, "middle", figure.title);
   for (std::int64_t p = 0; p < figure.panels; ++p) {
     const int x0 = layout.panel_x[p];
     const int y0 = layout.panel_y;
     out << "<g class=\"panel\">\n";
-    text(out, x0 + grid_w / 2, y0 - kGap - kH, "middle", figure.titles[p]);
+    svg_text(out, x0 + grid_w / 2, y0 - kGap - kH, "middle", figure.titles[p]);
     out << "<g shape-rendering=\"crispEdges\">\n";
     for (std::int64_t r = 0; r < figure.rows; ++r) {
       for (std::int64_t c = 0; c < figure.cols; ++c) {
@@ -103,7 +45,7 @@ std::string render(const Figure& figure) {
     }
     out << "</g>\n";
     for (std::int64_t r = 0; r < figure.rows; r += layout.y_label_step) {
-      text(out, x0 - kGap, y0 + int(r) * cell + (cell - kH) / 2, "end", figure.y_labels[r]);
+      svg_text(out, x0 - kGap, y0 + int(r) * cell + (cell - kH) / 2, "end", figure.y_labels[r]);
     }
     for (std::int64_t c = 0; c < figure.cols; c += layout.x_label_step) {
       const int center = x0 + int(c) * cell + cell / 2;
@@ -115,7 +57,7 @@ std::string render(const Figure& figure) {
             << ") rotate(-90)\" text-anchor=\"end\">" << xml_escape(figure.x_labels[c])
             << "</text>\n";
       } else {
-        text(out, center, top, "middle", figure.x_labels[c]);
+        svg_text(out, center, top, "middle", figure.x_labels[c]);
       }
     }
     out << "</g>\n";
@@ -127,7 +69,7 @@ std::string render(const Figure& figure) {
   for (const Figure::Tick& tick : figure.ticks) {
     out << "<line x1=\"" << bar_right << "\" y1=\"" << tick.y + 0.5 << "\" x2=\""
         << bar_right + kTickLength << "\" y2=\"" << tick.y + 0.5 << "\" stroke=\"#202020\"/>\n";
-    text(out, bar_right + kTickLength + kTextPad, tick.y - kH / 2, "start", tick.label);
+    svg_text(out, bar_right + kTickLength + kTextPad, tick.y - kH / 2, "start", tick.label);
   }
   out << "</g>\n</svg>\n";
   return out.str();
@@ -138,14 +80,7 @@ std::string render(const Figure& figure) {
 // weights [R, C] or [P, R, C]
 void write_heatmap_svg(const Tensor& weights, const HeatmapOptions& options,
                        const std::filesystem::path& path) {
-  const std::string svg = render(make_figure(weights, options));
-  std::ofstream file(path, std::ios::binary);
-  if (!file || !file.write(svg.data(), static_cast<std::streamsize>(svg.size())).flush()) {
-    file.close();
-    std::error_code ignored;
-    std::filesystem::remove(path, ignored);  // a partial file is no picture
-    throw Error("path", "a writable SVG file", path.string());
-  }
+  save_svg(render(make_figure(weights, options)), path);
 }
 
 }  // namespace qkv::viz

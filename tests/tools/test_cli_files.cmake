@@ -56,4 +56,6 @@ expect_file_error(NAMES a_file ARGS demo --out a_file)
 if(BENCH)
   expect_file_error(NAMES no/such/folder/r.json
                     ARGS bench --quick --reps 1 --json no/such/folder/r.json)
+  expect_file_error(NAMES no/such/folder/v.png
+                    ARGS bench --variants --quick --reps 1 --plot no/such/folder/v.png)
 endif()

@@ -1,23 +1,29 @@
 // qkv bench: times the fused CPU attention kernel over a suite of shapes and prints, per row,
 // the median time, GFLOP/s (GB/s for decode) and, with --peak, the fraction of this machine's
 // measured ceilings. The measurement code is bench/qkv_bench (shared with bench_attention).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/block_mask.hpp"
 #include "qkv/checks.hpp"
 #include "qkv/commands.hpp"
 #include "qkv/error.hpp"
+#include "qkv/files.hpp"
 #include "qkv/system.hpp"
 #include "qkv/version.hpp"
+#include "qkv/viz/line_plot.hpp"
 #include "qkv_bench/measure.hpp"
 
 namespace qkv::cli {
@@ -28,6 +34,7 @@ struct BenchOptions {
   bool quick = false;
   bool no_decode = false;
   std::string json_path;
+  std::string plot_path;
   int threads = 0;  // 0: num_threads()
   int reps = 0;     // 0: bench::reps_for picks
   std::vector<std::int64_t> ts;
@@ -141,6 +148,64 @@ void print_row(const bench::RowResult& r, bool have_peak) {
   std::fflush(stdout);
 }
 
+// FILE.png -> FILE-fwd.png: the file of one pass's plot.
+std::filesystem::path plot_file(const std::filesystem::path& path, bench::Pass pass) {
+  return path.parent_path() / (path.stem().string() + "-" + std::string(bench::pass_name(pass)) +
+                               path.extension().string());
+}
+
+// A gray line through full's first point, proportional to T^power, as far as full's last T.
+viz::Series reference(const char* name, double power, const viz::Series& full,
+                      viz::LineStyle style) {
+  const double t0 = full.x.front(), t1 = full.x.back(), ms0 = full.y.front();
+  viz::Series line{name, {t0, t1}, {ms0, ms0 * std::pow(t1 / t0, power)}};
+  line.marker = viz::Marker::none;
+  line.line = style;
+  line.color = viz::kPalette.back();
+  return line;
+}
+
+// --variants --plot: median ms against T on log-log axes, one line per variant, one file per pass,
+// and gray lines proportional to T and T^2 through full's first point to read the slopes by.
+void plot_variants(const std::vector<bench::RowResult>& rows,
+                   const std::vector<bench::Pass>& passes, int threads,
+                   const std::filesystem::path& path) {
+  constexpr viz::Marker kMarkers[] = {viz::Marker::circle, viz::Marker::square,
+                                      viz::Marker::triangle, viz::Marker::diamond};
+  for (const bench::Pass pass : passes) {
+    std::vector<viz::Series> series;
+    for (std::size_t v = 0; v < bench::kVariants.size(); ++v) {
+      std::vector<std::pair<double, double>> points;  // (T, ms)
+      for (const bench::RowResult& r : rows) {
+        if (r.shape.pass == pass && r.shape.variant == bench::kVariants[v]) {
+          points.emplace_back(static_cast<double>(r.shape.Tq), r.ms);
+        }
+      }
+      std::sort(points.begin(), points.end());
+      viz::Series line{bench::kVariants[v], {}, {}, kMarkers[v % std::size(kMarkers)]};
+      for (const auto& [t, ms] : points) {
+        line.x.push_back(t);
+        line.y.push_back(ms);
+      }
+      series.push_back(std::move(line));
+    }
+    const viz::Series full = series.front();  // kVariants[0]; a copy, as series grows below
+    if (full.x.size() >= 2 && full.x.back() > full.x.front()) {
+      series.push_back(reference("~ T", 1, full, viz::LineStyle::dotted));
+      series.push_back(reference("~ T^2", 2, full, viz::LineStyle::dashed));
+    }
+    viz::LinePlotOptions options;
+    options.title = "qkv bench --variants, " + std::string(bench::pass_name(pass)) +
+                    ": B=1 H=8 D=64 f32, " + std::to_string(threads) + " threads";
+    options.x_label = "T (Tq = Tk)";
+    options.y_label = "median ms";
+    options.log_x = options.log_y = true;
+    const std::filesystem::path file = plot_file(path, pass);
+    viz::write_line_plot(series, options, file);
+    std::printf("plot: %s\n", file.string().c_str());
+  }
+}
+
 // --variants: the seeds' sparse patterns through flex_attention (B = 1, H = 8, D = 64), each row
 // beside the full row of its T and pass: GFLOP/s over the kept scores only, and the ratio of its
 // time to (full time x the share of tiles the block mask keeps), which is 1 for a kernel whose
@@ -163,6 +228,7 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
   std::printf("%-14s %-4s %6s %4s %10s %7s %7s %8s %8s %8s %9s\n", "variant", "pass", "T", "reps",
               "ms", "tiles", "scores", "GFLOP/s", "vs_tiles", "RSS_MB", "mask_ms");
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  std::vector<bench::RowResult> results;
   for (const std::int64_t T : ts) {
     for (const bench::Pass pass : passes) {
       double full_ms = 0;
@@ -189,6 +255,7 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
                     static_cast<long long>(T), r.reps, r.ms, tiles, scores, gflops, vs_tiles,
                     r.peak_rss_mb, mask_ms);
         std::fflush(stdout);
+        results.push_back(r);
         rows.push_back({{"variant", variant},
                         {"pass", bench::pass_name(pass)},
                         {"B", 1},
@@ -220,6 +287,7 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
     json_file << doc.dump(2) << '\n';
     if (!json_file) throw Error("--json", "a writable file", opt.json_path);
   }
+  if (!opt.plot_path.empty()) plot_variants(results, passes, threads, opt.plot_path);
 }
 
 void run_bench(const BenchOptions& opt) {
@@ -255,6 +323,7 @@ void run_bench(const BenchOptions& opt) {
     json_file.open(opt.json_path);
     if (!json_file) throw Error("--json", "a writable file", opt.json_path);
   }
+  if (!opt.plot_path.empty()) expect_output_folder("--plot", opt.plot_path);
 
   if (opt.variants) {
     run_variants(opt, json_file);
@@ -334,10 +403,17 @@ void add_bench(CLI::App& app) {
       ->transform(integer<std::int64_t>(1))
       ->delimiter(',');
   cmd->add_flag("--no-decode", opt->no_decode, "Leave out the decode rows");
-  cmd->add_flag("--variants", opt->variants,
-                "The sparse patterns through flex_attention instead (full, causal, window 256, "
-                "Longformer, BigBird, 8 documents, strided, the window as a lambda; B=1, H=8, "
-                "D=64, T in {1024, 4096, 16384} or --T)");
+  CLI::Option* variants =
+      cmd->add_flag("--variants", opt->variants,
+                    "The sparse patterns through flex_attention instead (full, causal, window 256, "
+                    "Longformer, BigBird, 8 documents, strided, the window as a lambda; B=1, H=8, "
+                    "D=64, T in {1024, 4096, 16384} or --T)");
+  cmd->add_option("--plot", opt->plot_path,
+                  "With --variants: draw median ms against T on log-log axes, one line per "
+                  "variant, one file per pass (FILE.png -> FILE-fwd.png, FILE-bwd.png; or .svg), "
+                  "with gray lines ~ T (dotted) and ~ T^2 (dashed) through full's first point")
+      ->check(image_file())
+      ->needs(variants);
   cmd->add_option("--pass", opt->passes, "Only these passes (fwd, bwd)")
       ->check(CLI::IsMember({"fwd", "bwd"}))
       ->delimiter(',');

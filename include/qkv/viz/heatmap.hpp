@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "qkv/tensor.hpp"
+#include "qkv/viz/color.hpp"
 
 namespace qkv::viz {
 
@@ -47,10 +48,6 @@ struct HeatmapLayout {
 HeatmapLayout heatmap_layout(std::int64_t rows, std::int64_t cols, std::int64_t panels,
                              const HeatmapOptions& options);
 
-struct Rgb {
-  std::uint8_t r = 0, g = 0, b = 0;
-  bool operator==(const Rgb&) const = default;
-};
 // Viridis at t in [0, 1] (clamped): dark purple (68, 1, 84) at 0, yellow (253, 231, 37) at 1.
 Rgb viridis(double t);
 // The color of NaN weights.
