@@ -60,6 +60,8 @@ struct AttentionGrads {
   Tensor dk;     // [B, Tk, Hk, D], dtype of k
   Tensor dv;     // [B, Tk, Hk, Dv], dtype of v
   Tensor dbias;  // the shape and dtype the bias was given in; undefined without a bias
+  // flex_attention_backward: the gradients of the captured tensors asked for, in their order.
+  std::vector<Tensor> captured;
 };
 
 // q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv]; any strides; q, k and v share one
@@ -85,7 +87,14 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         AttentionGrads& grads);
 
 // q [B, Tq, Hq, D], k [B, Tk, Hk, D] -> P [B, Hq, Tq, Tk], the attention probabilities for
-// inspection (before dropout; rows with every key dropped are 0). Dtype of q.
+// inspection (before dropout; rows with every key dropped are 0). Dtype of q. The fused backend
+// computes P tile by tile from each row's running max and sum with every option, writing straight
+// into the result: it costs the output and nothing beside it (no score matrix; V is not read).
 Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options = {});
+
+// The same, writing into a tensor the caller allocated (any strides, e.g. a slice of a larger
+// buffer; dtype of q). On any error nothing is written.
+void attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options,
+                       Tensor& weights);
 
 }  // namespace qkv

@@ -21,9 +21,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "qkv/attention.hpp"
 #include "qkv/block_mask.hpp"
+#include "qkv/captured.hpp"
 #include "qkv/dual.hpp"
 #include "qkv/tensor.hpp"
 
@@ -39,14 +41,36 @@ struct FlexOptions {
 
 namespace detail {
 
+// Where the backward's captured pass adds gradients: for the n captured tensors asked for, their
+// ids (Captured::id) and gradient buffers (row-major in each tensor's shape).
+template <class T>
+struct CaptureSink {
+  const void* const* ids = nullptr;
+  T* const* grads = nullptr;
+  int n = 0;
+
+  void add(const void* id, std::int64_t index, T value) const {
+    for (int k = 0; k < n; ++k) {
+      if (ids[k] == id) grads[k][index] += value;
+    }
+  }
+};
+
 // A score mod behind function pointers (see ErasedMask): each call does one row of a tile,
-// s [cols] <- mod(s), and with grad, grad [cols] <- ds'/ds.
+// s [cols] <- mod(s), and with grad, grad [cols] <- ds'/ds; captured_* adds ds [cols] (dLoss/ds'
+// of the row) times ds'/d(each captured element the mod reads at the raw scores s) into sink.
 struct ErasedScore {
   std::shared_ptr<const void> mod;
   void (*row_f32)(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
                   std::int64_t cols, float* s, float* grad) = nullptr;
   void (*row_f64)(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
                   std::int64_t cols, double* s, double* grad) = nullptr;
+  void (*captured_f32)(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i,
+                       std::int64_t j0, std::int64_t cols, const float* s, const float* ds,
+                       const CaptureSink<float>& sink) = nullptr;
+  void (*captured_f64)(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i,
+                       std::int64_t j0, std::int64_t cols, const double* s, const double* ds,
+                       const CaptureSink<double>& sink) = nullptr;
 };
 
 template <class M, class T>
@@ -64,9 +88,30 @@ void score_row(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, 
   }
 }
 
+// One evaluation per captured read, on a dual number with tangent 0 on s and 1 on that read (the
+// tape); pairs with ds = 0 (the mask's dropped pairs among them) are not evaluated.
+template <class M, class T>
+void captured_row(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                  std::int64_t cols, const T* s, const T* ds, const CaptureSink<T>& sink) {
+  const M& m = *static_cast<const M*>(mod);
+  for (std::int64_t c = 0; c < cols; ++c) {
+    if (ds[c] == T(0)) continue;
+    for (int seed = 0;; ++seed) {
+      CaptureTape tape;
+      tape.seed = seed;
+      capture_tape = &tape;
+      const Dual<T> r = m(Dual<T>{s[c], T(0)}, b, h, i, j0 + c);
+      capture_tape = nullptr;
+      if (tape.tensor != nullptr) sink.add(tape.tensor, tape.index, ds[c] * r.d);
+      if (seed + 1 >= tape.reads) break;
+    }
+  }
+}
+
 template <class M>
 ErasedScore erase_score(M mod) {
-  return {std::make_shared<const M>(std::move(mod)), &score_row<M, float>, &score_row<M, double>};
+  return {std::make_shared<const M>(std::move(mod)), &score_row<M, float>, &score_row<M, double>,
+          &captured_row<M, float>, &captured_row<M, double>};
 }
 
 // The library's entry points behind the templates below (score null: no score mod).
@@ -75,7 +120,8 @@ AttentionOutput flex_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                              const FlexOptions& options);
 AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, const ErasedScore* score,
-                             const BlockMask& block_mask, const FlexOptions& options);
+                             const BlockMask& block_mask, const FlexOptions& options,
+                             const std::vector<Captured>& captured);
 
 }  // namespace detail
 
@@ -97,20 +143,22 @@ inline AttentionOutput flex_attention(const Tensor& q, const Tensor& k, const Te
 }
 
 // dout [B, Tq, Hq, Dv]; q, k, v, out, lse as the forward had them and returned them, with the same
-// mods and options -> dq, dk, dv (dbias undefined).
+// mods and options -> dq, dk, dv (dbias undefined), and captured[n]: the gradient of the n-th
+// tensor of `captured` (qkv/captured.hpp), shaped and typed like it.
 template <class ScoreMod>
 AttentionGrads flex_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        ScoreMod score_mod, const BlockMask& block_mask,
-                                       const FlexOptions& options = {}) {
+                                       const FlexOptions& options = {},
+                                       const std::vector<Captured>& captured = {}) {
   const detail::ErasedScore score = detail::erase_score(std::move(score_mod));
-  return detail::flex_backward(dout, q, k, v, out, lse, &score, block_mask, options);
+  return detail::flex_backward(dout, q, k, v, out, lse, &score, block_mask, options, captured);
 }
 inline AttentionGrads flex_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                               const Tensor& v, const Tensor& out, const Tensor& lse,
                                               const BlockMask& block_mask,
                                               const FlexOptions& options = {}) {
-  return detail::flex_backward(dout, q, k, v, out, lse, nullptr, block_mask, options);
+  return detail::flex_backward(dout, q, k, v, out, lse, nullptr, block_mask, options, {});
 }
 
 }  // namespace qkv

@@ -3,6 +3,7 @@
 #include "qkv/attention.hpp"
 #include "qkv/autograd.hpp"
 #include "qkv/block_mask.hpp"
+#include "qkv/captured.hpp"
 #include "qkv/dtype.hpp"
 #include "qkv/dual.hpp"
 #include "qkv/error.hpp"

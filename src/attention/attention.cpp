@@ -7,6 +7,7 @@
 #include "attention/common.hpp"
 #include "attention/run.hpp"
 #include "attention/validate.hpp"
+#include "kernels/cpu/weights.hpp"
 #include "kernels/flash_params.hpp"
 #include "kernels/reference/entry.hpp"
 #include "qkv/block_mask.hpp"
@@ -85,31 +86,48 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
   }
   const bool reference = use_reference(options.backend);
   const Prepared<T> prepared(dims, q, k, v, options, !reference);
+  kernels::BwdParams<T> params;
+  static_cast<kernels::FwdParams<T>&>(params) = prepared.params;
   Tensor dbias;
-  kernels::Broadcast4<T> dbias_index;
   if (options.bias.defined()) {
     dbias = Tensor::zeros(options.bias.shape(), dtype_of<T>());
-    dbias_index = attention::broadcast4<T>(dbias);
+    params.dbias = static_cast<T*>(dbias.data());
+    params.dbias_index = attention::broadcast4<T>(dbias);
   }
-  attention::run_backward(prepared.params, reference, dout, out, lse, static_cast<T*>(dbias.data()),
-                          dbias_index, grads);
+  attention::run_backward(params, reference, dout, out, lse, grads);
   if (dbias.defined()) grads.dbias.copy_from(dbias);
 }
 
-// v is a one-column stand-in: P does not depend on v.
+// weights [B, Hq, Tq, Tk] (the caller's, any strides) <- P: on the fused kernels tile by tile
+// straight into it (staged only for another dtype), on the reference through its dense rows. v
+// is a one-column stand-in: P does not depend on v.
 template <class T>
-Tensor weights_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
-                  const AttentionOptions& options, DType dtype) {
-  if (empty_problem(dims)) return Tensor::zeros({dims.B, dims.Hq, dims.Tq, dims.Tk}, dtype);
-  const Prepared<T> prepared(dims, q, k, v, options, false);
-  const Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, 1}, dtype_of<T>());
-  const Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
-  Tensor weights = Tensor::empty({dims.B, dims.Hq, dims.Tq, dims.Tk}, dtype_of<T>());
-  kernels::FwdParams<T> p = prepared.params;
-  p.out = attention::rows_of<T>(out_t);
-  p.lse = attention::stats_of<T>(lse_t);
-  kernels::reference::forward(p, static_cast<T*>(weights.data()));
-  return weights.to(dtype);
+void weights_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
+                const AttentionOptions& options, Tensor& weights) {
+  if (empty_problem(dims)) {
+    weights.fill(0.0);
+    return;
+  }
+  const bool reference = use_reference(options.backend);
+  const Prepared<T> prepared(dims, q, k, v, options, !reference);
+  attention::Writable<T> w(weights, false);
+  if (reference) {
+    const Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, 1}, dtype_of<T>());
+    const Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
+    Tensor dense = Tensor::empty({dims.B, dims.Hq, dims.Tq, dims.Tk}, dtype_of<T>());
+    kernels::FwdParams<T> p = prepared.params;
+    p.out = attention::rows_of<T>(out_t);
+    p.lse = attention::stats_of<T>(lse_t);
+    kernels::reference::forward(p, static_cast<T*>(dense.data()));
+    Tensor target = w.tensor();  // a view: the same storage
+    target.copy_from(dense);
+  } else {
+    kernels::WeightsOut<T> out{static_cast<T*>(w.tensor().data()), {}};
+    for (int d = 0; d < 4; ++d) out.stride[d] = w.tensor().stride(d);
+    const detail::ThreadShare threads(num_threads());  // (qkv/system.hpp)
+    kernels::cpu::weights(prepared.params, out);
+  }
+  w.finish();
 }
 
 }  // namespace
@@ -185,16 +203,36 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   }
 }
 
-Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options) {
-  // P does not depend on v: a one-column v of zeros stands in for it, so that validation and the
-  // forward are the ones the other entry points use.
+namespace {
+
+// P does not depend on v: a one-column v of zeros stands in for it, so that validation and the
+// forward are the ones the other entry points use.
+Tensor stand_in_v(const Tensor& q, const Tensor& k) {
   const bool k_ok = k.defined() && k.dim() == 4;
-  const Tensor v =
-      Tensor::zeros({k_ok ? k.size(0) : 0, k_ok ? k.size(1) : 0, k_ok ? k.size(2) : 0, 1},
-                    q.defined() && is_floating(q.dtype()) ? q.dtype() : DType::f32);
+  return Tensor::zeros({k_ok ? k.size(0) : 0, k_ok ? k.size(1) : 0, k_ok ? k.size(2) : 0, 1},
+                       q.defined() && is_floating(q.dtype()) ? q.dtype() : DType::f32);
+}
+
+}  // namespace
+
+Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options) {
+  const kernels::Dims dims = attention::validate_inputs(q, k, stand_in_v(q, k), options);
+  Tensor weights = Tensor::empty({dims.B, dims.Hq, dims.Tq, dims.Tk}, q.dtype());
+  attention_weights(q, k, options, weights);
+  return weights;
+}
+
+void attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options,
+                       Tensor& weights) {
+  const Tensor v = stand_in_v(q, k);
   const kernels::Dims dims = attention::validate_inputs(q, k, v, options);
-  if (q.dtype() == DType::f64) return weights_as<double>(dims, q, k, v, options, q.dtype());
-  return weights_as<float>(dims, q, k, v, options, q.dtype());
+  attention::expect_output(weights, "weights", {dims.B, dims.Hq, dims.Tq, dims.Tk}, q.dtype(),
+                           {&q, &k, &options.mask, &options.bias});
+  if (q.dtype() == DType::f64) {
+    weights_as<double>(dims, q, k, v, options, weights);
+  } else {
+    weights_as<float>(dims, q, k, v, options, weights);
+  }
 }
 
 }  // namespace qkv

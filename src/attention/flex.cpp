@@ -66,13 +66,36 @@ void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, con
                          result.lse);
 }
 
+// grads.captured <- the gradients of the captured tensors (zeros where the problem is empty).
 template <class T>
 void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q, const Tensor& k,
                  const Tensor& v, const Tensor& out, const Tensor& lse, const ErasedScore* score,
-                 const BlockMask& blocks, const FlexOptions& options, AttentionGrads& grads) {
-  const FlexPrepared<T> prepared(dims, q, k, v, score, blocks, options);
-  attention::run_backward(prepared.params, attention::use_reference(options.backend), dout, out,
-                          lse, static_cast<T*>(nullptr), kernels::Broadcast4<T>{}, grads);
+                 const BlockMask& blocks, const FlexOptions& options,
+                 const std::vector<Captured>& captured, AttentionGrads& grads) {
+  const std::size_t n = captured.size();
+  std::vector<Tensor> sums(n);  // in T, row-major in each captured tensor's shape
+  std::vector<const void*> ids(n);
+  std::vector<std::int64_t> sizes(n);
+  std::vector<T*> buffers(n);
+  for (std::size_t c = 0; c < n; ++c) {
+    sums[c] = Tensor::zeros(captured[c].tensor().shape(), attention::dtype_of<T>());
+    ids[c] = captured[c].id();
+    sizes[c] = sums[c].numel();
+    buffers[c] = static_cast<T*>(sums[c].data());
+  }
+  if (!attention::empty_problem(dims)) {
+    const FlexPrepared<T> prepared(dims, q, k, v, score, blocks, options);
+    kernels::FlexBwdParams<T> params;
+    static_cast<kernels::FlexFwdParams<T>&>(params) = prepared.params;
+    params.captured = score != nullptr ? static_cast<int>(n) : 0;
+    params.captured_ids = ids.data();
+    params.captured_sizes = sizes.data();
+    params.captured_grads = buffers.data();
+    attention::run_backward(params, attention::use_reference(options.backend), dout, out, lse,
+                            grads);
+  }
+  for (std::size_t c = 0; c < n; ++c)
+    grads.captured.push_back(sums[c].to(captured[c].tensor().dtype()));
 }
 
 }  // namespace
@@ -98,7 +121,8 @@ AttentionOutput flex_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 
 AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, const ErasedScore* score,
-                             const BlockMask& block_mask, const FlexOptions& options) {
+                             const BlockMask& block_mask, const FlexOptions& options,
+                             const std::vector<Captured>& captured) {
   const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
   attention::expect_tensor(dout, "dout", attention::out_shape(dims), q.dtype());
   attention::expect_tensor(out, "out", attention::out_shape(dims), q.dtype());
@@ -106,11 +130,10 @@ AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& 
   const BlockMask blocks = blocks_for(block_mask, dims);
   AttentionGrads grads{Tensor::zeros(q.shape(), q.dtype()), Tensor::zeros(k.shape(), k.dtype()),
                        Tensor::zeros(v.shape(), v.dtype()), Tensor()};
-  if (attention::empty_problem(dims)) return grads;
   if (q.dtype() == DType::f64) {
-    backward_as<double>(dims, dout, q, k, v, out, lse, score, blocks, options, grads);
+    backward_as<double>(dims, dout, q, k, v, out, lse, score, blocks, options, captured, grads);
   } else {
-    backward_as<float>(dims, dout, q, k, v, out, lse, score, blocks, options, grads);
+    backward_as<float>(dims, dout, q, k, v, out, lse, score, blocks, options, captured, grads);
   }
   return grads;
 }

@@ -99,19 +99,16 @@ void run_forward(const kernels::FwdParams<T, S, M>& params, bool reference, Tens
   lse_w.finish();
 }
 
-// grads.dq, dk, dv (the caller's) <- the backward of params (q, k, v and mods set) from dout, out
-// and lse as the forward returned them; dbias (compute type, zeroed, may be null) accumulates
-// through dbias_index.
+// grads.dq, dk, dv (the caller's) <- the backward of params (q, k, v, mods, dbias and captured
+// set) from dout, out and lse as the forward returned them.
 template <class T, class S, class M>
-void run_backward(const kernels::FwdParams<T, S, M>& params, bool reference, const Tensor& dout,
-                  const Tensor& out, const Tensor& lse, T* dbias,
-                  const kernels::Broadcast4<T>& dbias_index, AttentionGrads& grads) {
+void run_backward(const kernels::BwdParams<T, S, M>& params, bool reference, const Tensor& dout,
+                  const Tensor& out, const Tensor& lse, AttentionGrads& grads) {
   const Tensor dout_r = readable<T>(dout);
   const Tensor out_r = readable<T>(out);
   const Tensor lse_r = lse.to(dtype_of<T>());
   Writable<T> dq(grads.dq), dk(grads.dk), dv(grads.dv);
-  kernels::BwdParams<T, S, M> p;
-  static_cast<kernels::FwdParams<T, S, M>&>(p) = params;
+  kernels::BwdParams<T, S, M> p = params;
   // The backward only reads out and lse.
   p.out = rows_of<T>(out_r);
   p.lse = stats_of<T>(lse_r);
@@ -119,8 +116,6 @@ void run_backward(const kernels::FwdParams<T, S, M>& params, bool reference, con
   p.dq = rows_of<T>(dq.tensor());
   p.dk = rows_of<T>(dk.tensor());
   p.dv = rows_of<T>(dv.tensor());
-  p.dbias = dbias;
-  p.dbias_index = dbias_index;
   if (reference) {
     kernels::reference::backward(p);
   } else {

@@ -33,9 +33,22 @@ struct FwdParams {
   DropoutParams dropout;
 };
 
+// The attention weights P [B, Hq, Tq, Tk] as attention_weights writes them: element (b, h, i, j)
+// at data[b * stride[0] + h * stride[1] + i * stride[2] + j * stride[3]].
+template <class T>
+struct WeightsOut {
+  T* data = nullptr;
+  std::int64_t stride[4] = {0, 0, 0, 0};
+
+  T& operator()(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const noexcept {
+    return data[b * stride[0] + h * stride[1] + i * stride[2] + j * stride[3]];
+  }
+};
+
 // The backward reads q, k, v, out and lse of the forward's params and dout; writes dq, dk, dv
-// (every element) and accumulates dS into dbias (zeroed by the caller; null without a bias)
-// through dbias_index, whose zero strides sum the bias's broadcast dimensions.
+// (every element), accumulates dS into dbias (zeroed by the caller; null without a bias) through
+// dbias_index, whose zero strides sum the bias's broadcast dimensions, and into the captured
+// tensors' gradients through the score mod.
 template <class T, class ScoreMod = BuiltinScore<T>, class MaskMod = BuiltinMask>
 struct BwdParams : FwdParams<T, ScoreMod, MaskMod> {
   Rows<const T> dout;  // [B, Tq, Hq, Dv]
@@ -44,6 +57,12 @@ struct BwdParams : FwdParams<T, ScoreMod, MaskMod> {
   Rows<T> dv;          // [B, Tk, Hk, Dv]
   T* dbias = nullptr;
   Broadcast4<T> dbias_index;
+  // The tensors a score mod captured whose gradients are asked for (qkv/captured.hpp): their ids,
+  // element counts and gradient buffers (row-major, zeroed by the caller), `captured` of each.
+  int captured = 0;
+  const void* const* captured_ids = nullptr;
+  const std::int64_t* captured_sizes = nullptr;
+  T* const* captured_grads = nullptr;
 };
 
 }  // namespace qkv::kernels

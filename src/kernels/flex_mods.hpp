@@ -47,6 +47,16 @@ struct FlexScore {
       erased->row_f64(erased->mod.get(), b, h, i, j0, cols, s, grad);
     }
   }
+  void captured_row(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                    std::int64_t cols, const T* s, const T* ds,
+                    const detail::CaptureSink<T>& sink) const {
+    if (erased == nullptr) return;
+    if constexpr (std::is_same_v<T, float>) {
+      erased->captured_f32(erased->mod.get(), b, h, i, j0, cols, s, ds, sink);
+    } else {
+      erased->captured_f64(erased->mod.get(), b, h, i, j0, cols, s, ds, sink);
+    }
+  }
   T operator()(T s, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
     apply_row(b, h, i, j, 1, &s, nullptr);
     return s;
@@ -59,6 +69,16 @@ struct FlexScore {
     return {value, s.d * slope};
   }
 };
+
+// The captured pass of a score mod's row (flex's mods; the built-in options capture nothing):
+// sink += ds times the derivative of s' = mod(s) by each captured element read at s [cols].
+template <class M, class T>
+void captured_row(const M& mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                  std::int64_t cols, const T* s, const T* ds, const detail::CaptureSink<T>& sink) {
+  if constexpr (requires { mod.captured_row(b, h, i, j0, cols, s, ds, sink); }) {
+    mod.captured_row(b, h, i, j0, cols, s, ds, sink);
+  }
+}
 
 template <class T>
 using FlexFwdParams = FwdParams<T, FlexScore<T>, FlexMask>;

@@ -29,13 +29,15 @@ namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
 constexpr std::int64_t kBq = TileTraits::kBlockQ;
 
-// Per-thread scratch of the backward: score/probability tile, P * Z (dropout), dP, dropout
-// factors, the score mod's derivative, and the dK/dV accumulators of one k-block.
+// Per-thread scratch of the backward: the raw scores (for captured gradients), score/probability
+// tile, P * Z (dropout), dP, dropout factors, the score mod's derivative, and the dK/dV
+// accumulators of one k-block.
 template <class T>
 struct BackwardScratch {
-  hwy::AlignedFreeUniquePtr<T[]> p, pz, dp, z, grad, dk, dv;
+  hwy::AlignedFreeUniquePtr<T[]> raw, p, pz, dp, z, grad, dk, dv;
   BackwardScratch(std::int64_t dim, std::int64_t dim_v)
-      : p(hwy::AllocateAligned<T>(kBq * kBk)),
+      : raw(hwy::AllocateAligned<T>(kBq * kBk)),
+        p(hwy::AllocateAligned<T>(kBq * kBk)),
         pz(hwy::AllocateAligned<T>(kBq * kBk)),
         dp(hwy::AllocateAligned<T>(kBq * kBk)),
         z(hwy::AllocateAligned<T>(kBq * kBk)),
@@ -140,12 +142,12 @@ void tile_scores(const Dims& d, const Packed<T>& packed, std::int64_t head, std:
 
 // One tile: rows [i0, i0 + rows) of head h against keys [j0, j0 + cols) of k/v head hk.
 // Accumulates into scratch.dk / scratch.dv (this k-block), dq_part ([B, Hq, Tq, D], like
-// packed.q) and p.dbias; lse and delta [B, Hq, Tq].
+// packed.q), p.dbias and sink (the captured tensors' gradients); lse and delta [B, Hq, Tq].
 template <class T, class ScoreMod, class MaskMod>
 void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
                    const T* delta, std::int64_t b, std::int64_t h, std::int64_t i0,
                    std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
-                   BackwardScratch<T>& scratch, T* dq_part) {
+                   BackwardScratch<T>& scratch, T* dq_part, const detail::CaptureSink<T>& sink) {
   const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
   const std::int64_t head = b * d.Hk + hk;
@@ -169,6 +171,7 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
   // forward: s = score_mod((scale q) . k), masked; P = exp(s - lse), with soft-capping divided
   // by its row sum (inv_sigma)
   tile_scores(d, packed, head, row0, rows, j0, cols, P);
+  if (p.captured > 0) std::copy_n(P, rows * kBk, scratch.raw.get());
   score_tile(p, b, h, i0, rows, j0, cols, &kind, P, slope ? grad : static_cast<T*>(nullptr));
   for (std::int64_t r = 0; r < rows; ++r) {
     T* row = P + r * kBk;
@@ -222,6 +225,10 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
     if (p.dbias != nullptr) {
       for (std::int64_t c = 0; c < cols; ++c)
         p.dbias[p.dbias_index.offset(b, h, i0 + r, j0 + c)] += dp[c];
+    }
+    // and to what the score mod captured: d captured += dS * ds'/d captured
+    if (p.captured > 0) {
+      captured_row(p.score_mod, b, h, i0 + r, j0, cols, scratch.raw.get() + r * kBk, dp, sink);
     }
     // forward: s' = score_mod(s), s = (scale q) . k  ->  ds = ds' * score_mod'(s)
     if (slope) row_mul(dp, grad + r * kBk);
@@ -291,7 +298,7 @@ template <class T, class ScoreMod, class MaskMod>
 void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
                    const T* delta, std::int64_t b_lo, std::int64_t b_hi, std::int64_t hk_lo,
                    std::int64_t hk_hi, std::int64_t kb_lo, std::int64_t kb_hi,
-                   BackwardScratch<T>& scratch, T* dq_part) {
+                   BackwardScratch<T>& scratch, T* dq_part, const detail::CaptureSink<T>& sink) {
   const Dims& d = p.dims;
   const BlockView blocks(p.blocks);
   for (std::int64_t b = b_lo; b < b_hi; ++b) {
@@ -309,7 +316,8 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
             const std::int64_t i0 = qb * kBq;
             const std::int64_t rows = std::min({kBq, d.Tq - i0, row_limit(p.mask_mod, b) - i0});
             if (rows <= 0) continue;
-            backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch, dq_part);
+            backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch, dq_part,
+                          sink);
           }
         }
         for (std::int64_t c = 0; c < cols; ++c) {
@@ -420,7 +428,27 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   std::fill(dq_base, dq_base + chunks * q_elems, T(0));
 
   const std::int64_t items = nb * nh * chunks;
-#pragma omp parallel
+  // The captured tensors' gradients: a partial buffer per item, summed in item order at the end,
+  // so the result does not depend on which thread ran which item. Where those buffers would pass
+  // kCapturedPartialBytes (a captured tensor the size of a score matrix; the bias option is the
+  // way to such a tensor), the items run one after another into one buffer instead.
+  constexpr std::int64_t kCapturedPartialBytes = std::int64_t{1} << 28;
+  std::vector<std::int64_t> captured_at(static_cast<size_t>(p.captured) + 1, 0);
+  for (int c = 0; c < p.captured; ++c) captured_at[c + 1] = captured_at[c] + p.captured_sizes[c];
+  const std::int64_t captured_total = captured_at.back();
+  const bool serial =
+      p.captured > 0 &&
+      items * captured_total * static_cast<std::int64_t>(sizeof(T)) > kCapturedPartialBytes;
+  const std::int64_t partial_count = p.captured == 0 ? 0 : serial ? 1 : items;
+  std::vector<T> captured_partials(static_cast<size_t>(partial_count * captured_total), T(0));
+  std::vector<T*> captured_grads(static_cast<size_t>(partial_count * p.captured));
+  for (std::int64_t n = 0; n < partial_count; ++n) {
+    for (int c = 0; c < p.captured; ++c) {
+      captured_grads[n * p.captured + c] =
+          captured_partials.data() + n * captured_total + captured_at[c];
+    }
+  }
+#pragma omp parallel if (!serial)
   {
     BackwardScratch<T> scratch(d.D, d.Dv);
 #pragma omp for schedule(dynamic, 1)
@@ -430,9 +458,20 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
       const std::int64_t bi = item / chunks / nh;
       const std::int64_t b_lo = shared_b ? 0 : bi;
       const std::int64_t hk_lo = shared_h ? 0 : hi;
+      const detail::CaptureSink<T> sink{
+          p.captured_ids, captured_grads.data() + (serial ? 0 : item) * p.captured, p.captured};
       backward_item(p, packed, lse.get(), delta.get(), b_lo, shared_b ? d.B : bi + 1, hk_lo,
                     shared_h ? d.Hk : hi + 1, chunk * k_blocks / chunks,
-                    (chunk + 1) * k_blocks / chunks, scratch, dq_base + chunk * q_elems);
+                    (chunk + 1) * k_blocks / chunks, scratch, dq_base + chunk * q_elems, sink);
+    }
+  }
+  for (int c = 0; c < p.captured; ++c) {
+    for (std::int64_t e = 0; e < p.captured_sizes[c]; ++e) {
+      T sum = 0;
+      for (std::int64_t n = 0; n < partial_count; ++n) {
+        sum += captured_partials[n * captured_total + captured_at[c] + e];
+      }
+      p.captured_grads[c][e] += sum;
     }
   }
 #pragma omp parallel for schedule(static)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/flash_params.hpp"
+#include "kernels/flex_mods.hpp"
 #include "qkv/dual.hpp"
 #include "qkv/philox.hpp"
 
@@ -170,6 +171,7 @@ void attention_bwd_ref(const BwdParams<T, ScoreMod, MaskMod>& p) {
       }
     }
   }
+  const detail::CaptureSink<T> sink{p.captured_ids, p.captured_grads, p.captured};
   std::vector<T> s(d.Tk);
   std::vector<T> prob(d.Tk);
   std::unique_ptr<bool[]> kept(new bool[d.Tk > 0 ? d.Tk : 1]);
@@ -206,6 +208,8 @@ void attention_bwd_ref(const BwdParams<T, ScoreMod, MaskMod>& p) {
           if (p.dbias != nullptr) p.dbias[p.dbias_index.offset(b, h, i, j)] += ds;
           // forward: s_ij = score_mod((scale q_i) . k_j); chain through ds'/ds by dual numbers
           const T raw = scaled_dot(p.scale, qi, kj, d.D);
+          // and to what the mod captured: d captured += ds * ds'/d captured
+          if (p.captured > 0) captured_row(p.score_mod, b, h, i, j, 1, &raw, &ds, sink);
           const T draw = ds * p.score_mod(Dual<T>{raw, T(1)}, b, h, i, j).d;
           T* dkj = p.dk.at(b, j, hk);
           for (std::int64_t c = 0; c < d.D; ++c) {

@@ -1,4 +1,5 @@
-// The fused CPU kernel against the reference oracle, forward and backward, over head dims,
+// The fused CPU kernels against the reference oracle, forward (out, lse and attention_weights) and
+// backward, over head dims,
 // lengths that are not tile multiples, Tq != Tk both ways, GQA ratios, every option alone and
 // composed, and strided inputs. f64: agreement to rounding. f32: FlashAttention's rule, the
 // fused error against the f64 reference at most 2x (3x for gradients) the error of the reference
@@ -19,7 +20,7 @@ namespace qkv::testing {
 namespace {
 
 struct Results {
-  Tensor out, lse, dq, dk, dv, dbias;
+  Tensor out, lse, weights, dq, dk, dv, dbias;
 };
 
 Results run(const FusedInputs& in, Backend backend) {
@@ -27,7 +28,7 @@ Results run(const FusedInputs& in, Backend backend) {
   options.backend = backend;
   const AttentionOutput f = attention_forward(in.q, in.k, in.v, options);
   const AttentionGrads g = attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse, options);
-  return {f.out, f.lse, g.dq, g.dk, g.dv, g.dbias};
+  return {f.out, f.lse, attention_weights(in.q, in.k, options), g.dq, g.dk, g.dv, g.dbias};
 }
 
 // The same inputs in f64 (exactly the values of `in`), for the oracle.
@@ -45,7 +46,8 @@ struct Named {
   const char* name;
   Tensor Results::*field;
 };
-constexpr Named kForward[] = {{"out", &Results::out}, {"lse", &Results::lse}};
+constexpr Named kForward[] = {
+    {"out", &Results::out}, {"lse", &Results::lse}, {"weights", &Results::weights}};
 constexpr Named kGrads[] = {
     {"dq", &Results::dq}, {"dk", &Results::dk}, {"dv", &Results::dv}, {"dbias", &Results::dbias}};
 

@@ -100,6 +100,18 @@ TEST_P(StridedOutputs, SameBitsAsTheContiguousCall) {
   EXPECT_TRUE(bitwise_equal(got, expected));
 }
 
+// attention_weights into a caller's tensor stored [B, Hq, Tk, Tq] (transposed): the same bits.
+TEST_P(StridedOutputs, WeightsIntoATransposedTensor) {
+  const StridedCase& c = GetParam();
+  FusedInputs in = make_inputs(c.shape, c.dtype);
+  in.options.backend = c.backend;
+  const Tensor want = attention_weights(in.q, in.k, in.options);
+  const Shape& s = want.shape();
+  Tensor got = Tensor::zeros({s[0], s[1], s[3], s[2]}, c.dtype).transpose(2, 3);
+  attention_weights(laid_out(in.q, c.layout), laid_out(in.k, c.layout), in.options, got);
+  EXPECT_TRUE(bitwise_equal({got.to_vector()}, {want.to_vector()}));
+}
+
 // flex_attention reads strided q, k, v and dout where they lie as well.
 TEST_P(StridedOutputs, FlexReadsStridedInputs) {
   const StridedCase& c = GetParam();
