@@ -21,6 +21,11 @@ from qkv import _qkv
 
 __all__ = ["AttentionFunction", "FlexFunction", "attention"]
 
+# A graph still alive when Python exits (out = qkv.torch.attention(...) at module level) keeps
+# FlexFunction's block mask and score mod: torch's function nodes and their contexts form a cycle
+# that is never collected then, and nanobind would report those instances as leaked.
+_qkv.set_leak_warnings(False)
+
 
 class AttentionFunction(torch.autograd.Function):
     """q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv], bias (or None) broadcastable to

@@ -200,6 +200,8 @@ void bind_flex(nb::module_& m) {
       .def_rw("offset", &FlexOptions::offset)
       .def_rw("backend", &FlexOptions::backend);
   m.def("block_mask", &block_mask, "mask_mod"_a, "q"_a, "k"_a);
+  // qkv.torch turns nanobind's report of instances alive at exit off (see there).
+  m.def("set_leak_warnings", &nb::set_leak_warnings, "value"_a);
   m.def("flex_forward", &flex_forward, "q"_a, "k"_a, "v"_a, "block_mask"_a.none(),
         "score_mod"_a.none(), "options"_a, "torch"_a);
   m.def("flex_backward", &flex_backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,

@@ -150,8 +150,11 @@ detail::ErasedScore bind(const ScoreMod& score_mod, const Tensor& q, const Tenso
   const kernels::Dims d = attention::validate_inputs(q, k, v, AttentionOptions{});
   const Sizes sizes{d.Tq, d.Tk, d.Hq, q.dtype()};
   score_mod.node()->check(sizes);
-  return {std::make_shared<const Bound>(Bound{score_mod.node(), sizes}), &bound_row<float>,
-          &bound_row<double>};
+  detail::ErasedScore erased;
+  erased.mod = std::make_shared<const Bound>(Bound{score_mod.node(), sizes});
+  erased.row_f32 = &bound_row<float>;
+  erased.row_f64 = &bound_row<double>;
+  return erased;
 }
 
 }  // namespace

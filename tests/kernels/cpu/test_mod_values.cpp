@@ -281,7 +281,9 @@ TEST(ScoreModValue, MatchesTheBuiltInOptions) {
       // ALiBi alone is the built-in arithmetic on the same path: outputs and gradients bitwise.
       // The cap differs: the built-in takes tanh in f64 lanes (soft_cap_row) and renormalizes
       // rows in the backward.
-      if (c.softcap == 0) EXPECT_TRUE(bitwise_equal(got, want));
+      if (c.softcap == 0) {
+        EXPECT_TRUE(bitwise_equal(got, want));
+      }
       for (std::size_t f = 0; f < want.size(); ++f) {
         double scale = 1, worst = 0;
         for (std::size_t n = 0; n < want[f].size(); ++n) {
@@ -297,7 +299,9 @@ TEST(ScoreModValue, MatchesTheBuiltInOptions) {
                         in32.dout.to(DType::f64)};
       const Results exact = builtin(wide), naive = builtin(in32);
       const Results got32 = run(in32, causal, backend, c.mod);
-      if (c.softcap == 0) EXPECT_TRUE(bitwise_equal(got32, naive));
+      if (c.softcap == 0) {
+        EXPECT_TRUE(bitwise_equal(got32, naive));
+      }
       for (std::size_t f = 0; f < exact.size(); ++f) {
         double err = 0, err_naive = 0, largest = 0;
         for (std::size_t n = 0; n < exact[f].size(); ++n) {
