@@ -10,6 +10,7 @@
 #include "qkv/flex.hpp"
 #include "qkv/half.hpp"
 #include "qkv/masks.hpp"
+#include "qkv/mod_values.hpp"
 #include "qkv/models.hpp"
 #include "qkv/nn.hpp"
 #include "qkv/philox.hpp"

@@ -19,6 +19,11 @@ The options compose; for query i and key j of batch b and head h (tq, tk the len
   out_i = sum_j P_ij v_j, the k/v head of query head h being h // (Hq // Hk).
 A row with every key dropped gives out 0, lse -inf and zero gradients.
 
+mask_mod (qkv.masks) and score_mod (qkv.scores) give the mask and the score change as values
+instead, composed with & / | and then(): they run through qkv's flex_attention, in place of the
+mask and score options above (causal, window, key_lengths, query_lengths, mask, bias,
+alibi_slopes, softcap; give those as mods), with scale, dropout and backend as above.
+
 `import qkv.torch` (or `qkv.torch`) gives `qkv.torch.attention`, a torch.autograd.Function.
 """
 
@@ -39,7 +44,9 @@ __all__ = [
     "attention_backward",
     "attention_weights",
     "get_num_threads",
+    "masks",
     "scaled_dot_product_attention",
+    "scores",
     "set_num_threads",
 ]
 
@@ -136,6 +143,57 @@ def _options(
     return options
 
 
+# The options that mask_mod and score_mod replace.
+_REPLACED_BY_MODS = ("causal", "window", "key_lengths", "query_lengths", "mask", "bias",
+                     "alibi_slopes", "softcap")
+
+
+def _flex(
+    mask_mod: Any,
+    score_mod: Any,
+    q: Array,
+    k: Array,
+    *,
+    scale: Optional[float] = None,
+    dropout_p: float = 0.0,
+    seed: int = 0,
+    offset: int = 0,
+    backend: str = "auto",
+    **replaced: Any,
+) -> tuple:
+    """The arguments of the flex path: (block mask for q and k's sizes or None, C++ score mod
+    or None, _qkv.FlexOptions), refusing the options the mods replace."""
+    for name, value in replaced.items():
+        if name not in _REPLACED_BY_MODS:
+            raise TypeError(f"unexpected keyword argument {name!r}")
+        unset = _number(name, value) == 0.0 if name == "softcap" else value is None
+        if not unset:
+            shape = getattr(value, "shape", None)
+            got = repr(value) if shape is None else f"an array of shape {list(shape)}"
+            raise ValueError(
+                f"{name}: expected {'0' if name == 'softcap' else 'None'} with mask_mod or "
+                f"score_mod (give it as a mod: qkv.masks, qkv.scores), got {got}"
+            )
+    if mask_mod is not None and not isinstance(mask_mod, masks.MaskMod):
+        raise ValueError(
+            f"mask_mod: expected a qkv.masks mask (qkv.masks.causal(), ...), got "
+            f"{type(mask_mod).__name__}"
+        )
+    if score_mod is not None and not isinstance(score_mod, scores.ScoreMod):
+        raise ValueError(
+            f"score_mod: expected a qkv.scores score mod (qkv.scores.softcap(30.0), ...), got "
+            f"{type(score_mod).__name__}"
+        )
+    options = _qkv.FlexOptions()
+    options.scale = None if scale is None else _number("scale", scale)
+    options.dropout_p = _number("dropout_p", dropout_p)
+    options.seed = _uint64("seed", seed)
+    options.offset = _uint64("offset", offset)
+    options.backend = backend
+    blocks = None if mask_mod is None else _qkv.block_mask(mask_mod._mod, _array(q), _array(k))
+    return blocks, None if score_mod is None else score_mod._mod, options
+
+
 def attention(
     q: Array,
     k: Array,
@@ -155,10 +213,36 @@ def attention(
     offset: int = 0,
     backend: str = "auto",
     return_lse: bool = False,
+    mask_mod: Optional["masks.MaskMod"] = None,
+    score_mod: Optional["scores.ScoreMod"] = None,
 ):
     """q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv], or
     (out, lse [B, Hq, Tq]) with return_lse. mask (bool, True keeps) and bias (added) broadcast
-    to [B, Hq, Tq, Tk]; backend is "auto" (the fused kernel), "cpu" or "reference"."""
+    to [B, Hq, Tq, Tk]; backend is "auto" (the fused kernel), "cpu" or "reference". mask_mod
+    and score_mod (qkv.masks, qkv.scores) run through flex_attention in place of the mask and
+    score options."""
+    if mask_mod is not None or score_mod is not None:
+        flex = _flex(
+            mask_mod,
+            score_mod,
+            q,
+            k,
+            causal=causal,
+            window=window,
+            key_lengths=key_lengths,
+            query_lengths=query_lengths,
+            mask=mask,
+            bias=bias,
+            alibi_slopes=alibi_slopes,
+            softcap=softcap,
+            scale=scale,
+            dropout_p=dropout_p,
+            seed=seed,
+            offset=offset,
+            backend=backend,
+        )
+        out, lse = _qkv.flex_forward(_array(q), _array(k), _array(v), *flex, _is_torch(q))
+        return (out, lse) if return_lse else out
     options = _options(
         causal=causal,
         window=window,
@@ -183,14 +267,26 @@ def attention_backward(
 ) -> tuple:
     """dout [B, Tq, Hq, Dv], q, k, v, out and lse as attention(..., return_lse=True) took and
     gave them, with the same keyword options (seed and offset included) -> (dq, dk, dv), and
-    dbias in the bias's own shape as a fourth element when a bias is given."""
+    dbias in the bias's own shape as a fourth element when a bias is given (none with mods)."""
     arrays = [_array(x) for x in (dout, q, k, v, out, lse)]
+    mask_mod, score_mod = options.pop("mask_mod", None), options.pop("score_mod", None)
+    if mask_mod is not None or score_mod is not None:
+        flex = _flex(mask_mod, score_mod, q, k, **options)
+        return _qkv.flex_backward(*arrays, *flex, _is_torch(q))
     return _qkv.backward(*arrays, _options(**options), _is_torch(q))
 
 
 def attention_weights(q: Array, k: Array, **options: Any) -> Array:
     """q [B, Tq, Hq, D], k [B, Tk, Hk, D] -> P [B, Hq, Tq, Tk], the attention probabilities
-    (before dropout) under the same keyword options as attention()."""
+    (before dropout) under the same keyword options as attention(), but for mask_mod and
+    score_mod (flex_attention gives no weights)."""
+    for name in ("mask_mod", "score_mod"):
+        if options.get(name) is not None:
+            raise ValueError(
+                f"{name}: expected None for attention_weights (flex_attention gives no weights), "
+                f"got {options[name]!r}"
+            )
+        options.pop(name, None)
     return _qkv.weights(_array(q), _array(k), _options(**options), _is_torch(q))
 
 
@@ -218,6 +314,9 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     scale: Optional[float] = None,
     enable_gqa: bool = False,
+    *,
+    mask_mod: Optional["masks.MaskMod"] = None,
+    score_mod: Optional["scores.ScoreMod"] = None,
 ) -> Array:
     """torch.nn.functional.scaled_dot_product_attention's layout and semantics: query
     [B, Hq, Tq, D], key [B, Hk, Tk, D], value [B, Hk, Tk, Dv] -> [B, Hq, Tq, Dv]. A boolean
@@ -225,7 +324,10 @@ def scaled_dot_product_attention(
     needs enable_gqa. Dropout draws its seed from Python's `random` (random.seed() repeats it).
     On torch tensors that require grad (with grad mode on) it runs through qkv.torch.attention,
     so gradients reach query, key, value and a float attn_mask. Unlike PyTorch, a row whose keys
-    are all masked gives 0, not NaN."""
+    are all masked gives 0, not NaN. mask_mod and score_mod (qkv.masks, qkv.scores; not in
+    PyTorch's signature) run through flex_attention: a mask_mod takes no attn_mask and no
+    is_causal (compose qkv.masks.causal() & mask_mod), a score_mod alone takes is_causal as
+    qkv.masks.causal() and no attn_mask."""
     for name, x in (("query", query), ("key", key), ("value", value)):
         if len(x.shape) != 4:
             raise ValueError(
@@ -239,6 +341,16 @@ def scaled_dot_product_attention(
         )
     if is_causal and attn_mask is not None:
         raise ValueError("attn_mask: expected None with is_causal=True (as PyTorch), got a mask")
+    if mask_mod is not None and is_causal:
+        raise ValueError(
+            "is_causal: expected False with mask_mod (compose qkv.masks.causal() & mask_mod), "
+            "got True"
+        )
+    if (mask_mod is not None or score_mod is not None) and attn_mask is not None:
+        raise ValueError(
+            "attn_mask: expected None with mask_mod or score_mod (give it as a mod: qkv.masks), "
+            f"got a mask of shape {list(attn_mask.shape)}"
+        )
     mask = bias = None
     if attn_mask is not None:
         dtype = str(attn_mask.dtype).replace("torch.", "")
@@ -246,20 +358,24 @@ def scaled_dot_product_attention(
             raise ValueError(f"attn_mask: expected bool, float32 or float64, got {dtype}")
         is_bool = dtype == "bool"
         mask, bias = (attn_mask, None) if is_bool else (None, attn_mask)
-    options = dict(
-        causal="top_left" if is_causal else None,
-        mask=mask,
-        bias=bias,
-        scale=scale,
-        dropout_p=dropout_p,
-        seed=random.getrandbits(64) if dropout_p > 0 else 0,
-    )
+    seed = random.getrandbits(64) if dropout_p > 0 else 0
+    options = dict(scale=scale, dropout_p=dropout_p, seed=seed)
+    if mask_mod is not None or score_mod is not None:
+        if is_causal:
+            mask_mod = masks.causal()
+        options.update(mask_mod=mask_mod, score_mod=score_mod)
+    else:
+        options.update(causal="top_left" if is_causal else None, mask=mask, bias=bias)
     q, k, v = (_swap_heads_and_time(x) for x in (query, key, value))
     if _needs_grad(query, key, value, bias):
         out = importlib.import_module("qkv.torch").attention(q, k, v, **options)
     else:
         out = attention(q, k, v, **options)
     return _swap_heads_and_time(out)
+
+
+# After the helpers above, which they use.
+from qkv import masks, scores  # noqa: E402
 
 
 def __getattr__(name: str) -> Any:

@@ -5,7 +5,8 @@
     out.sum().backward()  # q.grad, k.grad, v.grad, bias.grad from qkv's fused backward
 
 The forward saves out and lse, and the backward is qkv's attention_backward with the same
-options (dropout regenerates the same mask from the seed).
+options (dropout regenerates the same mask from the seed). With mask_mod or score_mod (qkv.masks,
+qkv.scores) it is flex_attention's forward and backward, the block mask made once per call.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from torch.autograd.function import once_differentiable
 import qkv
 from qkv import _qkv
 
-__all__ = ["AttentionFunction", "attention"]
+__all__ = ["AttentionFunction", "FlexFunction", "attention"]
+
+# A graph still alive when Python exits (out = qkv.torch.attention(...) at module level) keeps
+# FlexFunction's block mask and score mod: torch's function nodes and their contexts form a cycle
+# that is never collected then, and nanobind would report those instances as leaked.
+_qkv.set_leak_warnings(False)
 
 
 class AttentionFunction(torch.autograd.Function):
@@ -44,6 +50,27 @@ class AttentionFunction(torch.autograd.Function):
         return grads[0], grads[1], grads[2], dbias, None
 
 
+class FlexFunction(torch.autograd.Function):
+    """q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv], and the block mask, score mod and
+    options qkv._flex made -> out [B, Tq, Hq, Dv]; gradients flow to q, k and v."""
+
+    @staticmethod
+    def forward(ctx: Any, q, k, v, blocks, score, options):
+        inputs = (q.detach(), k.detach(), v.detach())
+        out, lse = _qkv.flex_forward(*inputs, blocks, score, options, True)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.flex = (blocks, score, options)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        inputs = (q.detach(), k.detach(), v.detach())
+        grads = _qkv.flex_backward(dout, *inputs, out, lse, *ctx.flex, True)
+        return grads[0], grads[1], grads[2], None, None, None
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -62,9 +89,32 @@ def attention(
     seed: int = 0,
     offset: int = 0,
     backend: str = "auto",
+    mask_mod: Optional[qkv.masks.MaskMod] = None,
+    score_mod: Optional[qkv.scores.ScoreMod] = None,
 ) -> torch.Tensor:
     """qkv.attention's arguments and semantics on torch tensors, differentiable in q, k, v and
     bias through torch.autograd -> out [B, Tq, Hq, Dv]."""
+    if mask_mod is not None or score_mod is not None:
+        flex = qkv._flex(
+            mask_mod,
+            score_mod,
+            q,
+            k,
+            causal=causal,
+            window=window,
+            key_lengths=key_lengths,
+            query_lengths=query_lengths,
+            mask=mask,
+            bias=bias,
+            alibi_slopes=alibi_slopes,
+            softcap=softcap,
+            scale=scale,
+            dropout_p=dropout_p,
+            seed=seed,
+            offset=offset,
+            backend=backend,
+        )
+        return FlexFunction.apply(q, k, v, *flex)
     options = dict(
         causal=causal,
         window=window,

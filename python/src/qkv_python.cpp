@@ -2,9 +2,10 @@
 // that arrive through nanobind's ndarray (numpy through the buffer protocol, torch through
 // DLPack). An input is never copied: its data pointer, shape and element strides become a
 // qkv::Tensor view (Tensor::from_blob), whatever the strides. Outputs are qkv's own tensors,
-// handed to numpy or torch without a copy; a capsule keeps their storage alive. The Python
-// layer (qkv/__init__.py) turns keyword options into the arguments below and picks the output
-// kind; qkv::Error becomes ValueError with its message.
+// handed to numpy or torch without a copy; a capsule keeps their storage alive (arrays.hpp). The
+// Python layer (qkv/__init__.py) turns keyword options into the arguments below and picks the
+// output kind; qkv::Error becomes ValueError with its message. flex_attention and its mods:
+// flex_python.cpp.
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -19,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "arrays.hpp"
+#include "flex_python.hpp"
 #include "qkv/attention.hpp"
 #include "qkv/error.hpp"
 #include "qkv/system.hpp"
@@ -30,82 +33,9 @@ using namespace nb::literals;
 
 namespace {
 
-// Any dtype, any strides, read-only, on the CPU: nanobind accepts it as it is, without a copy.
-using Array = nb::ndarray<nb::ro, nb::device::cpu>;
-
-// "float16", "int64", "bool": how a rejected dtype is named in an error.
-std::string dlpack_dtype_name(nb::dlpack::dtype d) {
-  using Code = nb::dlpack::dtype_code;
-  const std::string bits = std::to_string(d.bits);
-  switch (static_cast<Code>(d.code)) {
-    case Code::Int:
-      return "int" + bits;
-    case Code::UInt:
-      return "uint" + bits;
-    case Code::Float:
-      return "float" + bits;
-    case Code::Bfloat:
-      return "bfloat" + bits;
-    case Code::Complex:
-      return "complex" + bits;
-    case Code::Bool:
-      return "bool";
-    default:
-      return "dtype code " + std::to_string(d.code) + " of " + bits + " bits";
-  }
-}
-
-// float32 and float64 (and bool where a mask is expected) map onto qkv's dtypes.
-qkv::DType dtype_of(const Array& a, const char* argument, bool boolean) {
-  const nb::dlpack::dtype d = a.dtype();
-  if (boolean) {
-    if (d == nb::dtype<bool>()) return qkv::DType::boolean;
-    throw qkv::Error(argument, "bool", dlpack_dtype_name(d));
-  }
-  if (d == nb::dtype<float>()) return qkv::DType::f32;
-  if (d == nb::dtype<double>()) return qkv::DType::f64;
-  throw qkv::Error(argument, "float32 or float64", dlpack_dtype_name(d));
-}
-
-// A view of the array's memory with its shape and element strides.
-qkv::Tensor view_of(const Array& a, const char* argument, bool boolean = false) {
-  const qkv::DType dtype = dtype_of(a, argument, boolean);
-  qkv::Shape shape(a.ndim()), strides(a.ndim());
-  for (std::size_t d = 0; d < a.ndim(); ++d) {
-    shape[d] = static_cast<std::int64_t>(a.shape(d));
-    strides[d] = a.stride(d);
-  }
-  return qkv::Tensor::from_blob(const_cast<void*>(a.data()), std::move(shape), std::move(strides),
-                                dtype);
-}
-
-nb::dlpack::dtype dlpack_dtype(qkv::DType dtype) {
-  switch (dtype) {
-    case qkv::DType::f64:
-      return nb::dtype<double>();
-    case qkv::DType::f32:
-      return nb::dtype<float>();
-    default:
-      throw qkv::Error("output", "float32 or float64", std::string(qkv::dtype_name(dtype)));
-  }
-}
-
-// Hands an owning qkv tensor to numpy or torch without a copy; the capsule owns a handle on its
-// storage until the array is collected.
-template <class Framework>
-nb::object wrap_as(const qkv::Tensor& t) {
-  auto* handle = new qkv::Tensor(t);
-  nb::capsule owner(handle, [](void* p) noexcept { delete static_cast<qkv::Tensor*>(p); });
-  std::vector<std::size_t> shape(t.shape().begin(), t.shape().end());
-  std::vector<std::int64_t> strides(t.strides().begin(), t.strides().end());
-  nb::ndarray<Framework> array(t.data(), shape.size(), shape.data(), owner, strides.data(),
-                               dlpack_dtype(t.dtype()));
-  return array.cast();
-}
-
-nb::object wrap(const qkv::Tensor& t, bool torch) {
-  return torch ? wrap_as<nb::pytorch>(t) : wrap_as<nb::numpy>(t);
-}
+using qkv_python::Array;
+using qkv_python::view_of;
+using qkv_python::wrap;
 
 // The keyword options of qkv.attention, turned into qkv::AttentionOptions for each call. mask and
 // bias hold references to the caller's arrays, which to_qkv() views in place.
@@ -146,15 +76,7 @@ struct Options {
     o.dropout_p = dropout_p;
     o.seed = seed;
     o.offset = offset;
-    if (backend == "auto") {
-      o.backend = qkv::Backend::automatic;
-    } else if (backend == "cpu") {
-      o.backend = qkv::Backend::cpu;
-    } else if (backend == "reference") {
-      o.backend = qkv::Backend::reference;
-    } else {
-      throw qkv::Error("backend", "'auto', 'cpu' or 'reference'", "'" + backend + "'");
-    }
+    o.backend = qkv_python::backend_of(backend);
     return o;
   }
 };
@@ -236,6 +158,7 @@ NB_MODULE(_qkv, m) {
   m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "options"_a,
         "torch"_a);
   m.def("weights", &weights, "q"_a, "k"_a, "options"_a, "torch"_a);
+  qkv_python::bind_flex(m);
 
   // What the extension sees of an array it receives: (address, element strides). Tests compare
   // the address with the caller's to show that no copy was made.

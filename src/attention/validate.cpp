@@ -12,9 +12,6 @@
 #include "qkv/error.hpp"
 
 namespace qkv::attention {
-namespace {
-
-std::string str(std::int64_t x) { return std::to_string(x); }
 
 std::string num(double x) {
   char buffer[32];
@@ -22,20 +19,20 @@ std::string num(double x) {
   return buffer;
 }
 
-// Whether x is finite in the dtype the kernels compute in for inputs of this dtype: f64 for f64,
-// f32 for f32, bf16 and f16. A finite double past f32's largest (1e39) would become inf there,
-// and the backends, which apply it at different points, would disagree on what that makes.
 bool finite_in_compute(double x, DType inputs) {
   if (inputs == DType::f64) return std::isfinite(x);
   return std::abs(x) <= static_cast<double>(std::numeric_limits<float>::max());
 }
 
-// "a finite number" plus, for inputs computed in f32, the bound that implies.
 std::string finite_for(DType inputs, const std::string& what) {
   if (inputs == DType::f64) return what;
   return what + " with magnitude <= 3.4028234663852886e+38 (f32's largest: " +
          std::string(dtype_name(inputs)) + " inputs compute in f32)";
 }
+
+namespace {
+
+std::string str(std::int64_t x) { return std::to_string(x); }
 
 void expect_qkv(const Tensor& t, const char* argument) {
   if (!t.defined()) throw Error(argument, "a tensor", "an undefined tensor");

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <string>
+
 #include "kernels/params.hpp"
 #include "qkv/attention.hpp"
 
@@ -21,5 +23,16 @@ void expect_tensor(const Tensor& tensor, const char* argument, const Shape& shap
 // what is being read).
 void expect_output(const Tensor& tensor, const char* argument, const Shape& shape, DType dtype,
                    std::initializer_list<const Tensor*> inputs);
+
+// x with 17 significant digits, as messages show option values.
+std::string num(double x);
+
+// Whether x is finite in the dtype the kernels compute in for inputs of this dtype: f64 for f64,
+// f32 for f32, bf16 and f16. A finite double past f32's largest (1e39) would become inf there,
+// and the backends, which apply it at different points, would disagree on what that makes.
+bool finite_in_compute(double x, DType inputs);
+
+// "a finite number" plus, for inputs computed in f32, the bound that implies.
+std::string finite_for(DType inputs, const std::string& what);
 
 }  // namespace qkv::attention

@@ -50,7 +50,7 @@ struct FlexScore {
   void captured_row(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
                     std::int64_t cols, const T* s, const T* ds,
                     const detail::CaptureSink<T>& sink) const {
-    if (erased == nullptr) return;
+    if (erased == nullptr || erased->captured_f32 == nullptr) return;  // a mod that captures none
     if constexpr (std::is_same_v<T, float>) {
       erased->captured_f32(erased->mod.get(), b, h, i, j0, cols, s, ds, sink);
     } else {

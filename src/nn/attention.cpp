@@ -61,6 +61,41 @@ void check_input(const char* name, const Var& x, std::int64_t batch, std::int64_
   }
 }
 
+// A call with mods has no place for the tensor masks, the learned bias or the weights.
+void expect_no_tensor_masks(const AttentionCall& call) {
+  const auto refuse = [](const char* name, const std::string& got) {
+    throw Error(name, "none with mask_mod or score_mod (flex_attention takes mods, not tensors)",
+                got);
+  };
+  if (call.key_padding_mask.defined()) {
+    refuse("key_padding_mask", "a tensor " + shape_string(call.key_padding_mask.shape()));
+  }
+  if (call.attn_mask.defined()) {
+    refuse("attn_mask", "a tensor " + shape_string(call.attn_mask.shape()));
+  }
+  if (call.position_bias.defined()) {
+    refuse("position_bias", "a Var " + shape_string(call.position_bias.shape()));
+  }
+  if (call.need_weights) refuse("need_weights", "true");
+}
+
+// q [B, Tq, Hq, D], k and v [B, Tk, Hk, D] -> [B, Tq, Hq, D]: the call's mods with what the
+// built-in path takes from options (causal, key lengths, ALiBi, dropout) folded in.
+Var flex_attend(const Var& q, const Var& k, const Var& v, const AttentionCall& call,
+                const AttentionOptions& options) {
+  MaskMod mask = call.mask_mod.value_or(MaskMod());
+  if (options.causal == Causal::top_left) mask = mask & masks::causal();
+  if (!options.key_lengths.empty()) mask = mask & masks::key_lengths(options.key_lengths);
+  ScoreMod score = call.score_mod.value_or(ScoreMod());
+  if (!options.alibi_slopes.empty()) score = score.then(scores::alibi(options.alibi_slopes));
+  FlexOptions flex;
+  flex.dropout_p = options.dropout_p;
+  flex.seed = options.seed;
+  flex.offset = options.offset;
+  const BlockMask blocks = create_block_mask(mask, q.size(0), q.size(2), q.size(1), k.size(1));
+  return ag::flex_attention(q, k, v, score, blocks, flex);
+}
+
 }  // namespace
 
 MultiheadAttention::MultiheadAttention(const MultiheadAttentionConfig& config, Generator& generator)
@@ -230,6 +265,8 @@ AttentionResult MultiheadAttention::attend(const Var& q, const Var& k, const Var
   if (v.size(1) != k.size(1)) {
     throw Error("v", "length " + str(k.size(1)) + " (from k)", str(v.size(1)));
   }
+  const bool flex = call.mask_mod.has_value() || call.score_mod.has_value();
+  if (flex) expect_no_tensor_masks(call);
   const std::int64_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
   AttentionOptions options = attention_options(call, B, Hq, Tq, Tk, config_.dtype);
   if (config_.position == PositionEncoding::alibi) options.alibi_slopes = alibi_slopes(Hq);
@@ -256,7 +293,8 @@ AttentionResult MultiheadAttention::attend(const Var& q, const Var& k, const Var
     options.seed = seed_;
     options.offset = calls_++;
   }
-  const Var attended = ag::attention(q, k, v, options, bias);  // [B, Tq, Hq, D]
+  const Var attended = flex ? flex_attend(q, k, v, call, options)
+                            : ag::attention(q, k, v, options, bias);  // [B, Tq, Hq, D]
   result.out = out_proj_(ag::merge_heads(attended));
   return result;
 }

@@ -290,6 +290,48 @@ TEST(MultiheadAttention, DropoutOnlyInTraining) {
   EXPECT_LT(relative_difference(e, mha_reference(m, x, x, x, all).out), 1e-12);
 }
 
+// Causal, key lengths and ALiBi positions through the mods as values (flex_attention) give the
+// built-in options' outputs and parameter gradients bitwise (ALiBi without key lengths: through
+// the mods its diagonal is Tk - Tq's, not each batch's); a score mod runs before ALiBi.
+TEST(MultiheadAttention, ModsAsValuesEqualTheBuiltInOptions) {
+  const Tensor x = random({2, 6, 8}, 14), y = random({2, 9, 8}, 15), r = random({2, 6, 8}, 16);
+  const auto run = [&](nn::MultiheadAttention& m, const nn::AttentionCall& call) {
+    m.zero_grad();
+    const Var out = m.forward(Var(x), Var(y), Var(y), call).out;
+    ag::sum(out * Var(r)).backward();
+    std::vector<std::vector<double>> results = {out.value().to_vector()};
+    for (const auto& [name, p] : m.named_parameters()) results.push_back(p.grad().to_vector());
+    return results;
+  };
+  Generator gen(8);
+  nn::MultiheadAttention plain(config(8, 2), gen);
+  randomize(plain, 40);
+  nn::AttentionCall builtin;
+  builtin.is_causal = true;
+  builtin.key_lengths = {9, 4};
+  nn::AttentionCall as_mod;
+  as_mod.mask_mod = MaskMod(masks::causal()) & masks::key_lengths({9, 4});
+  EXPECT_EQ(run(plain, as_mod), run(plain, builtin));
+  nn::AttentionCall folded = builtin;  // is_causal and key_lengths folded into the mods
+  folded.score_mod = ScoreMod();
+  EXPECT_EQ(run(plain, folded), run(plain, builtin));
+
+  nn::MultiheadAttentionConfig c = config(8, 2);
+  c.position = nn::PositionEncoding::alibi;
+  nn::MultiheadAttention alibi(c, gen);
+  randomize(alibi, 50);
+  nn::AttentionCall causal;
+  causal.is_causal = true;
+  nn::AttentionCall causal_mod;
+  causal_mod.mask_mod = masks::causal();
+  EXPECT_EQ(run(alibi, causal_mod), run(alibi, causal));
+  nn::AttentionCall capped = causal_mod;
+  capped.score_mod = scores::softcap(0.5);
+  EXPECT_NE(run(alibi, capped)[0], run(alibi, causal_mod)[0]);
+  expect_module_gradients("mha mods", alibi,
+                          [&] { return alibi.forward(Var(x), Var(y), Var(y), capped).out; });
+}
+
 TEST(MultiheadAttention, BadArgumentsNameTheArgument) {
   Generator gen(7);
   nn::MultiheadAttention m(config(8, 2), gen);
@@ -311,6 +353,12 @@ TEST(MultiheadAttention, BadArgumentsNameTheArgument) {
   EXPECT_EQ(message([&] { m.forward(x, x, x, call); }),
             "key_padding_mask: expected shape [2, 5], got [2, 4]");
   EXPECT_THROW(nn::MultiheadAttention(config(8, 3), gen), Error);
+  nn::AttentionCall mods;
+  mods.mask_mod = masks::causal();
+  mods.attn_mask = bool_tensor({5, 5}, std::vector<double>(25, 0.0));
+  EXPECT_EQ(message([&] { m.forward(x, x, x, mods); }),
+            "attn_mask: expected none with mask_mod or score_mod (flex_attention takes mods, not "
+            "tensors), got a tensor [5, 5]");
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 
 #include "qkv/attention.hpp"
 #include "qkv/autograd/var.hpp"
+#include "qkv/block_mask.hpp"
+#include "qkv/flex.hpp"
+#include "qkv/mod_values.hpp"
 #include "qkv/tensor.hpp"
 
 // The differentiable ops. Every op takes f32 or f64 Vars of one dtype and returns a new Var; the
@@ -137,6 +140,13 @@ Var attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& 
 // decisions), matmul. Materializes the [B, Hq, Tq, Tk] scores; the engine derives its backward.
 Var attention_decomposed(const Var& q, const Var& k, const Var& v,
                          const AttentionOptions& options = {}, const Var& bias = {});
+
+// --- flex.cpp -------------------------------------------------------------------------------
+// q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv]: qkv::flex_attention
+// with a score mod value and a block mask (qkv/mod_values.hpp), as one node whose backward is
+// qkv::flex_attention_backward (P recomputed from the saved lse, ds'/ds on dual numbers).
+Var flex_attention(const Var& q, const Var& k, const Var& v, const ScoreMod& score_mod = {},
+                   const BlockMask& block_mask = {}, const FlexOptions& options = {});
 
 // --- scores.cpp -----------------------------------------------------------------------------
 // Attention score functions, composed ops. q [..., Tq, Dq], k [..., Tk, Dk] -> [..., Tq, Tk].

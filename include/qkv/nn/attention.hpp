@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "qkv/attention.hpp"
+#include "qkv/mod_values.hpp"
 #include "qkv/nn/layers.hpp"
 #include "qkv/nn/module.hpp"
 
@@ -39,6 +40,13 @@ struct AttentionCall {
   Var position_bias;  // a learned bias broadcastable to [B, Hq, Tq, Tk] (T5), or undefined
   bool need_weights = false;
   bool average_attn_weights = true;
+  // flex_attention's mods as values (qkv/mod_values.hpp). With either, attention runs through
+  // autograd::flex_attention: is_causal joins the mask as masks::causal(), key_lengths as
+  // masks::key_lengths, and ALiBi positions follow the score mod as scores::alibi (its diagonal
+  // from Tq and Tk, not from each batch's key length); the tensor masks, position_bias and
+  // need_weights have no flex form and are refused.
+  std::optional<MaskMod> mask_mod;
+  std::optional<ScoreMod> score_mod;
 };
 
 struct AttentionResult {

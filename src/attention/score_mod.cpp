@@ -1,0 +1,208 @@
+// ScoreMod: score mods as an immutable tree of leaves applied in sequence, and flex_attention
+// with one. Each leaf does a row of a tile at a time, on plain numbers for the forward and on dual
+// numbers (s, ds/ds) for the backward, so that a sequence chains the derivatives node by node.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention/validate.hpp"
+#include "kernels/mods.hpp"
+#include "qkv/dual.hpp"
+#include "qkv/error.hpp"
+#include "qkv/mod_values.hpp"
+
+namespace qkv {
+
+class ScoreMod::Node {
+ public:
+  // What a score mod may depend on besides (s, b, h, i, j): the problem's sizes, and the dtype
+  // its inputs arrive in (for the bounds qkv/attention.hpp's options have).
+  struct Sizes {
+    std::int64_t Tq = 0, Tk = 0, Hq = 0;
+    DType inputs = DType::f32;
+  };
+
+  Node() = default;
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Throws qkv::Error where the mod does not fit the problem.
+  virtual void check(const Sizes& sizes) const = 0;
+  // s [cols] <- mod(s) for keys j0 + c of row i; with grad, each (s, grad) is the dual number s +
+  // grad ε, so grad <- grad ds'/ds.
+  virtual void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i,
+                   std::int64_t j0, std::int64_t cols, float* s, float* grad) const = 0;
+  virtual void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i,
+                   std::int64_t j0, std::int64_t cols, double* s, double* grad) const = 0;
+};
+
+namespace {
+
+using Node = ScoreMod::Node;
+using Sizes = Node::Sizes;
+
+// ALiBi or soft-capping: the built-in options' own score mod (kernels::BuiltinScore) with only
+// that option set, so that the rule and its rounding are the built-in ones.
+class Builtin final : public Node {
+ public:
+  Builtin(std::vector<double> alibi_slopes, double softcap)
+      : alibi_slopes_(std::move(alibi_slopes)), softcap_(softcap) {}
+
+  void check(const Sizes& sizes) const override {
+    if (!alibi_slopes_.empty()) {
+      const auto n = static_cast<std::int64_t>(alibi_slopes_.size());
+      if (n != sizes.Hq) {
+        throw Error("score_mod: alibi slopes",
+                    std::to_string(sizes.Hq) + " slopes (one per query head, from q)",
+                    std::to_string(n));
+      }
+      for (const double slope : alibi_slopes_) {
+        if (!attention::finite_in_compute(slope, sizes.inputs)) {
+          throw Error("score_mod: alibi slopes",
+                      attention::finite_for(sizes.inputs, "finite slopes"), attention::num(slope));
+        }
+      }
+    }
+    if (!attention::finite_in_compute(softcap_, sizes.inputs)) {
+      throw Error("score_mod: softcap", attention::finite_for(sizes.inputs, "a finite cap > 0"),
+                  attention::num(softcap_));
+    }
+  }
+  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+           std::int64_t cols, float* s, float* grad) const override {
+    run(sizes, b, h, i, j0, cols, s, grad);
+  }
+  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+           std::int64_t cols, double* s, double* grad) const override {
+    run(sizes, b, h, i, j0, cols, s, grad);
+  }
+
+ private:
+  template <class T>
+  void run(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+           std::int64_t cols, T* s, T* grad) const {
+    kernels::BuiltinScore<T> mod;
+    mod.lengths = {sizes.Tq, sizes.Tk, nullptr, nullptr};
+    mod.softcap = static_cast<T>(softcap_);
+    mod.alibi_slopes = alibi_slopes_.empty() ? nullptr : alibi_slopes_.data();
+    if (grad == nullptr) {
+      for (std::int64_t c = 0; c < cols; ++c) s[c] = mod(s[c], b, h, i, j0 + c);
+    } else {
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const Dual<T> r = mod(Dual<T>{s[c], grad[c]}, b, h, i, j0 + c);
+        s[c] = r.v;
+        grad[c] = r.d;
+      }
+    }
+  }
+
+  std::vector<double> alibi_slopes_;
+  double softcap_;  // 0: off
+};
+
+// first, then second.
+class Sequence final : public Node {
+ public:
+  Sequence(std::shared_ptr<const Node> first, std::shared_ptr<const Node> second)
+      : first_(std::move(first)), second_(std::move(second)) {}
+
+  void check(const Sizes& sizes) const override {
+    first_->check(sizes);
+    second_->check(sizes);
+  }
+  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+           std::int64_t cols, float* s, float* grad) const override {
+    first_->row(sizes, b, h, i, j0, cols, s, grad);
+    second_->row(sizes, b, h, i, j0, cols, s, grad);
+  }
+  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+           std::int64_t cols, double* s, double* grad) const override {
+    first_->row(sizes, b, h, i, j0, cols, s, grad);
+    second_->row(sizes, b, h, i, j0, cols, s, grad);
+  }
+
+ private:
+  std::shared_ptr<const Node> first_, second_;
+};
+
+// The tree with the sizes of one problem, behind flex_attention's function pointers.
+struct Bound {
+  std::shared_ptr<const Node> root;
+  Sizes sizes;
+};
+
+template <class T>
+void bound_row(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+               std::int64_t cols, T* s, T* grad) {
+  const Bound& m = *static_cast<const Bound*>(mod);
+  if (grad != nullptr) std::fill(grad, grad + cols, T(1));  // ds/ds: the dual numbers' seed
+  m.root->row(m.sizes, b, h, i, j0, cols, s, grad);
+}
+
+// q, k, v checked as flex_attention checks them, then the mod against their sizes.
+detail::ErasedScore bind(const ScoreMod& score_mod, const Tensor& q, const Tensor& k,
+                         const Tensor& v) {
+  const kernels::Dims d = attention::validate_inputs(q, k, v, AttentionOptions{});
+  const Sizes sizes{d.Tq, d.Tk, d.Hq, q.dtype()};
+  score_mod.node()->check(sizes);
+  detail::ErasedScore erased;
+  erased.mod = std::make_shared<const Bound>(Bound{score_mod.node(), sizes});
+  erased.row_f32 = &bound_row<float>;
+  erased.row_f64 = &bound_row<double>;
+  return erased;
+}
+
+}  // namespace
+
+ScoreMod ScoreMod::then(const ScoreMod& next) const {
+  if (identity()) return next;
+  if (next.identity()) return *this;
+  return ScoreMod(std::make_shared<const Sequence>(node_, next.node_));
+}
+
+namespace scores {
+
+ScoreMod alibi(std::vector<double> slopes) {
+  if (slopes.empty()) throw Error("slopes", "one slope per query head", "none");
+  for (std::size_t n = 0; n < slopes.size(); ++n) {
+    if (!std::isfinite(slopes[n])) {
+      throw Error("slopes[" + std::to_string(n) + "]", "a finite slope", attention::num(slopes[n]));
+    }
+  }
+  return ScoreMod(std::make_shared<const Builtin>(std::move(slopes), 0.0));
+}
+
+ScoreMod softcap(double cap) {
+  if (!(cap > 0) || !std::isfinite(cap)) {
+    throw Error("softcap", "a finite cap > 0", attention::num(cap));
+  }
+  return ScoreMod(std::make_shared<const Builtin>(std::vector<double>(), cap));
+}
+
+}  // namespace scores
+
+AttentionOutput flex_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const ScoreMod& score_mod, const BlockMask& block_mask,
+                               const FlexOptions& options) {
+  if (score_mod.identity()) return detail::flex_forward(q, k, v, nullptr, block_mask, options);
+  const detail::ErasedScore score = bind(score_mod, q, k, v);
+  return detail::flex_forward(q, k, v, &score, block_mask, options);
+}
+
+AttentionGrads flex_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const Tensor& out, const Tensor& lse,
+                                       const ScoreMod& score_mod, const BlockMask& block_mask,
+                                       const FlexOptions& options) {
+  if (score_mod.identity()) {
+    return detail::flex_backward(dout, q, k, v, out, lse, nullptr, block_mask, options, {});
+  }
+  const detail::ErasedScore score = bind(score_mod, q, k, v);
+  return detail::flex_backward(dout, q, k, v, out, lse, &score, block_mask, options, {});
+}
+
+}  // namespace qkv
