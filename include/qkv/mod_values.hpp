@@ -25,6 +25,7 @@
 
 #include "qkv/attention.hpp"
 #include "qkv/block_mask.hpp"
+#include "qkv/captured.hpp"
 #include "qkv/flex.hpp"
 #include "qkv/masks.hpp"
 #include "qkv/tensor.hpp"
@@ -114,6 +115,12 @@ namespace scores {
 ScoreMod alibi(std::vector<double> slopes);
 // Soft-capping (Gemma 2), the rule of AttentionOptions::softcap: c tanh(s / c), c finite and > 0.
 ScoreMod softcap(double cap);
+// A learned relative-position bias (Shaw et al. 2018; T5's bucketed form): s + table[h,
+// buckets[j - i + Tq - 1]]. table [Hq, n] (qkv/captured.hpp: f32 or f64, read where it lies);
+// buckets [Tq + Tk - 1], each in [0, n): the bucket of every offset j - i from -(Tq - 1) to
+// Tk - 1 (T5's log-spaced buckets, a clipped window, anything that depends on j - i only). List
+// the table in flex_attention_backward's `captured` for its gradient.
+ScoreMod relative_bias(const Captured& table, std::vector<std::int64_t> buckets);
 
 }  // namespace scores
 
@@ -126,13 +133,15 @@ BlockMask create_block_mask(const MaskMod& mask_mod, std::int64_t B, std::int64_
 
 // flex_attention and its backward (qkv/flex.hpp) with a ScoreMod: q [B, Tq, Hq, D], k [B, Tk,
 // Hk, D], v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv], lse [B, Hq, Tq]; dout [B, Tq, Hq, Dv] -> dq,
-// dk, dv. The identity ScoreMod runs as no score mod.
+// dk, dv, and grads.captured: the gradients of the tensors in `captured` its leaves read (a
+// relative_bias table). The identity ScoreMod runs as no score mod.
 AttentionOutput flex_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                const ScoreMod& score_mod, const BlockMask& block_mask,
                                const FlexOptions& options = {});
 AttentionGrads flex_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        const ScoreMod& score_mod, const BlockMask& block_mask,
-                                       const FlexOptions& options = {});
+                                       const FlexOptions& options = {},
+                                       const std::vector<Captured>& captured = {});
 
 }  // namespace qkv

@@ -105,6 +105,55 @@ class Builtin final : public Node {
   double softcap_;  // 0: off
 };
 
+// s + table[h, buckets[j - i + Tq - 1]]; on dual numbers the table's element carries the tape's
+// tangent (qkv/captured.hpp), so the backward's captured pass sees the read.
+class RelativeBias final : public Node {
+ public:
+  RelativeBias(Captured table, std::vector<std::int64_t> buckets)
+      : table_(std::move(table)), buckets_(std::move(buckets)) {}
+
+  void check(const Sizes& sizes) const override {
+    const Tensor& t = table_.tensor();
+    if (t.size(0) != sizes.Hq) {
+      throw Error("score_mod: relative_bias table",
+                  std::to_string(sizes.Hq) + " rows (one per query head, from q)", t.describe());
+    }
+    const auto n = static_cast<std::int64_t>(buckets_.size());
+    if (n != sizes.Tq + sizes.Tk - 1) {
+      throw Error("score_mod: relative_bias buckets",
+                  std::to_string(sizes.Tq + sizes.Tk - 1) + " (Tq + Tk - 1, from q and k)",
+                  std::to_string(n));
+    }
+  }
+  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+           std::int64_t cols, float* s, float* grad) const override {
+    run(sizes, b, h, i, j0, cols, s, grad);
+  }
+  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+           std::int64_t cols, double* s, double* grad) const override {
+    run(sizes, b, h, i, j0, cols, s, grad);
+  }
+
+ private:
+  template <class T>
+  void run(const Sizes& sizes, std::int64_t, std::int64_t h, std::int64_t i, std::int64_t j0,
+           std::int64_t cols, T* s, T* grad) const {
+    const std::int64_t* bucket = buckets_.data() + (j0 - i + sizes.Tq - 1);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      if (grad == nullptr) {
+        s[c] += table_.at(T(0), h, bucket[c]);
+      } else {  // (s, grad) + (t, dt): dt 1 on the read the tape seeds, else 0
+        const Dual<T> t = table_.at(Dual<T>{T(0), T(0)}, h, bucket[c]);
+        s[c] += t.v;
+        grad[c] += t.d;
+      }
+    }
+  }
+
+  Captured table_;
+  std::vector<std::int64_t> buckets_;
+};
+
 // first, then second.
 class Sequence final : public Node {
  public:
@@ -144,6 +193,28 @@ void bound_row(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, 
   m.root->row(m.sizes, b, h, i, j0, cols, s, grad);
 }
 
+// The captured pass (qkv/captured.hpp) through the tree: per pair with ds != 0, one evaluation
+// per captured read, s's own tangent 0 and the tape seeding that read.
+template <class T>
+void bound_captured(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i,
+                    std::int64_t j0, std::int64_t cols, const T* s, const T* ds,
+                    const detail::CaptureSink<T>& sink) {
+  const Bound& m = *static_cast<const Bound*>(mod);
+  for (std::int64_t c = 0; c < cols; ++c) {
+    if (ds[c] == T(0)) continue;
+    for (int seed = 0;; ++seed) {
+      detail::CaptureTape tape;
+      tape.seed = seed;
+      detail::capture_tape = &tape;
+      T value = s[c], tangent = 0;
+      m.root->row(m.sizes, b, h, i, j0 + c, 1, &value, &tangent);
+      detail::capture_tape = nullptr;
+      if (tape.tensor != nullptr) sink.add(tape.tensor, tape.index, ds[c] * tangent);
+      if (seed + 1 >= tape.reads) break;
+    }
+  }
+}
+
 // q, k, v checked as flex_attention checks them, then the mod against their sizes.
 detail::ErasedScore bind(const ScoreMod& score_mod, const Tensor& q, const Tensor& k,
                          const Tensor& v) {
@@ -154,6 +225,8 @@ detail::ErasedScore bind(const ScoreMod& score_mod, const Tensor& q, const Tenso
   erased.mod = std::make_shared<const Bound>(Bound{score_mod.node(), sizes});
   erased.row_f32 = &bound_row<float>;
   erased.row_f64 = &bound_row<double>;
+  erased.captured_f32 = &bound_captured<float>;
+  erased.captured_f64 = &bound_captured<double>;
   return erased;
 }
 
@@ -177,6 +250,21 @@ ScoreMod alibi(std::vector<double> slopes) {
   return ScoreMod(std::make_shared<const Builtin>(std::move(slopes), 0.0));
 }
 
+ScoreMod relative_bias(const Captured& table, std::vector<std::int64_t> buckets) {
+  if (table.tensor().dim() != 2) {
+    throw Error("table", "a [Hq, buckets] tensor", table.tensor().describe());
+  }
+  const std::int64_t n = table.tensor().size(1);
+  for (std::size_t x = 0; x < buckets.size(); ++x) {
+    if (buckets[x] < 0 || buckets[x] >= n) {
+      throw Error("buckets[" + std::to_string(x) + "]",
+                  "a bucket in [0, " + std::to_string(n) + ") (the table's columns)",
+                  std::to_string(buckets[x]));
+    }
+  }
+  return ScoreMod(std::make_shared<const RelativeBias>(table, std::move(buckets)));
+}
+
 ScoreMod softcap(double cap) {
   if (!(cap > 0) || !std::isfinite(cap)) {
     throw Error("softcap", "a finite cap > 0", attention::num(cap));
@@ -197,12 +285,13 @@ AttentionOutput flex_attention(const Tensor& q, const Tensor& k, const Tensor& v
 AttentionGrads flex_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        const ScoreMod& score_mod, const BlockMask& block_mask,
-                                       const FlexOptions& options) {
+                                       const FlexOptions& options,
+                                       const std::vector<Captured>& captured) {
   if (score_mod.identity()) {
-    return detail::flex_backward(dout, q, k, v, out, lse, nullptr, block_mask, options, {});
+    return detail::flex_backward(dout, q, k, v, out, lse, nullptr, block_mask, options, captured);
   }
   const detail::ErasedScore score = bind(score_mod, q, k, v);
-  return detail::flex_backward(dout, q, k, v, out, lse, &score, block_mask, options, {});
+  return detail::flex_backward(dout, q, k, v, out, lse, &score, block_mask, options, captured);
 }
 
 }  // namespace qkv

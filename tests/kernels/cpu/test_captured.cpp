@@ -186,6 +186,71 @@ TEST(CapturedGradients, BitwiseTheSameOnAnyThreadCount) {
   set_num_threads(before);
 }
 
+// scores::relative_bias, the runtime value, gives the lambda's bits (the same additions in the same
+// order), its table gradient included, on both backends; composed with a soft cap after it, the
+// chain through the cap's slope matches finite differences.
+TEST(RelativeBiasValue, EqualsTheLambdaAndChainsThroughTheCap) {
+  for (const Backend backend : {Backend::reference, Backend::cpu}) {
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      const std::int64_t T = 90;
+      Problem pr = make_problem(2, T, 4, 2, 16, dtype, 21);
+      const Captured table(pr.table);
+      std::vector<std::int64_t> buckets;
+      for (std::int64_t offset = -(T - 1); offset <= T - 1; ++offset) {
+        buckets.push_back(bucket(0, offset));  // i - j = -offset
+      }
+      const ScoreMod value = scores::relative_bias(table, buckets);
+      const auto lambda = relative_mod(table);
+      const BlockMask blocks = create_block_mask(masks::causal(), 1, 1, T, T);
+      FlexOptions options;
+      options.backend = backend;
+      const AttentionOutput a = flex_attention(pr.q, pr.k, pr.v, value, blocks, options);
+      const AttentionOutput b = flex_attention(pr.q, pr.k, pr.v, lambda, blocks, options);
+      const AttentionGrads ga = flex_attention_backward(pr.dout, pr.q, pr.k, pr.v, a.out, a.lse,
+                                                        value, blocks, options, {table});
+      const AttentionGrads gb = flex_attention_backward(pr.dout, pr.q, pr.k, pr.v, b.out, b.lse,
+                                                        lambda, blocks, options, {table});
+      EXPECT_TRUE(bitwise_equal(
+          {a.out.to_vector(), ga.dq.to_vector(), ga.dk.to_vector(), ga.captured[0].to_vector()},
+          {b.out.to_vector(), gb.dq.to_vector(), gb.dk.to_vector(), gb.captured[0].to_vector()}));
+      if (dtype != DType::f64) continue;
+      const ScoreMod capped = value.then(scores::softcap(2.0));
+      const AttentionOutput c = flex_attention(pr.q, pr.k, pr.v, capped, blocks, options);
+      const AttentionGrads gc = flex_attention_backward(pr.dout, pr.q, pr.k, pr.v, c.out, c.lse,
+                                                        capped, blocks, options, {table});
+      const auto out = [&] {
+        return flex_attention(pr.q, pr.k, pr.v, capped, blocks, options).out;
+      };
+      EXPECT_LT(max_relative(gc.captured[0], numeric_gradient(out, pr.dout, pr.table)), 1e-7);
+    }
+  }
+}
+
+TEST(RelativeBiasValue, ErrorsNameTheArgument) {
+  const Captured table(Tensor::zeros({2, 5}, DType::f64));
+  const auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] {
+              scores::relative_bias(table, {0, 5});
+            }).find("buckets[1]"),
+            std::string::npos);
+  EXPECT_NE(
+      message([&] { scores::relative_bias(Captured(Tensor::zeros({5})), {0}); }).find("table"),
+      std::string::npos);
+  Generator g(1);
+  const Tensor q = Tensor::randn({1, 4, 2, 8}, g, DType::f64);
+  const ScoreMod short_buckets = scores::relative_bias(table, {0, 1, 2});  // Tq + Tk - 1 = 7
+  const BlockMask blocks = create_block_mask(masks::Full{}, 1, 1, 4, 4);
+  EXPECT_NE(message([&] { flex_attention(q, q, q, short_buckets, blocks); }).find("buckets"),
+            std::string::npos);
+}
+
 TEST(CapturedGradients, ErrorsNameTheArgument) {
   const auto message = [](const Tensor& t) {
     try {
