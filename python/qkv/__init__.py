@@ -267,12 +267,14 @@ def attention_backward(
 ) -> tuple:
     """dout [B, Tq, Hq, Dv], q, k, v, out and lse as attention(..., return_lse=True) took and
     gave them, with the same keyword options (seed and offset included) -> (dq, dk, dv), and
-    dbias in the bias's own shape as a fourth element when a bias is given (none with mods)."""
+    dbias in the bias's own shape as a fourth element when a bias is given; with a score_mod, the
+    gradient of each relative_bias table it holds follows dq, dk, dv instead."""
     arrays = [_array(x) for x in (dout, q, k, v, out, lse)]
     mask_mod, score_mod = options.pop("mask_mod", None), options.pop("score_mod", None)
     if mask_mod is not None or score_mod is not None:
         flex = _flex(mask_mod, score_mod, q, k, **options)
-        return _qkv.flex_backward(*arrays, *flex, _is_torch(q))
+        captured = [] if score_mod is None else [c for c, _ in score_mod._captured]
+        return _qkv.flex_backward(*arrays, *flex, captured, _is_torch(q))
     return _qkv.backward(*arrays, _options(**options), _is_torch(q))
 
 

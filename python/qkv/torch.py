@@ -51,15 +51,16 @@ class AttentionFunction(torch.autograd.Function):
 
 
 class FlexFunction(torch.autograd.Function):
-    """q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv], and the block mask, score mod and
-    options qkv._flex made -> out [B, Tq, Hq, Dv]; gradients flow to q, k and v."""
+    """q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv], the block mask, score mod and
+    options qkv._flex made, the score mod's captured tensors (C++) and the torch tables they
+    read -> out [B, Tq, Hq, Dv]; gradients flow to q, k, v and the tables."""
 
     @staticmethod
-    def forward(ctx: Any, q, k, v, blocks, score, options):
+    def forward(ctx: Any, q, k, v, blocks, score, options, captured, *tables):
         inputs = (q.detach(), k.detach(), v.detach())
         out, lse = _qkv.flex_forward(*inputs, blocks, score, options, True)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.flex = (blocks, score, options)
+        ctx.flex = (blocks, score, options, captured)
         return out
 
     @staticmethod
@@ -68,7 +69,7 @@ class FlexFunction(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         inputs = (q.detach(), k.detach(), v.detach())
         grads = _qkv.flex_backward(dout, *inputs, out, lse, *ctx.flex, True)
-        return grads[0], grads[1], grads[2], None, None, None
+        return (grads[0], grads[1], grads[2], None, None, None, None, *grads[3:])
 
 
 def attention(
@@ -114,7 +115,9 @@ def attention(
             offset=offset,
             backend=backend,
         )
-        return FlexFunction.apply(q, k, v, *flex)
+        pairs = () if score_mod is None else score_mod._captured
+        captured = [c for c, _ in pairs]
+        return FlexFunction.apply(q, k, v, *flex, captured, *(t for _, t in pairs))
     options = dict(
         causal=causal,
         window=window,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "arrays.hpp"
+#include "qkv/captured.hpp"
 #include "qkv/error.hpp"
 #include "qkv/flex.hpp"
 #include "qkv/masks.hpp"
@@ -87,12 +88,13 @@ nb::tuple flex_forward(const Array& q, const Array& k, const Array& v,
   return nb::make_tuple(wrap(result.out, torch), wrap(result.lse, torch));
 }
 
-// dout [B, Tq, Hq, Dv], q, k, v, out, lse as in the forward -> (dq, dk, dv)
+// dout [B, Tq, Hq, Dv], q, k, v, out, lse as in the forward -> (dq, dk, dv, then the gradient of
+// each captured tensor, shaped like it)
 nb::tuple flex_backward(const Array& dout, const Array& q, const Array& k, const Array& v,
                         const Array& out, const Array& lse,
                         const std::optional<qkv::BlockMask>& blocks,
                         const std::optional<qkv::ScoreMod>& score_mod, const FlexOptions& options,
-                        bool torch) {
+                        const std::vector<qkv::Captured>& captured, bool torch) {
   const qkv::FlexOptions o = options.to_qkv();
   const qkv::Tensor tdout = view_of(dout, "dout"), tq = view_of(q, "q"), tk = view_of(k, "k"),
                     tv = view_of(v, "v"), tout = view_of(out, "out"), tlse = view_of(lse, "lse");
@@ -101,9 +103,12 @@ nb::tuple flex_backward(const Array& dout, const Array& q, const Array& k, const
     nb::gil_scoped_release release;
     g = qkv::flex_attention_backward(tdout, tq, tk, tv, tout, tlse,
                                      score_mod.value_or(qkv::ScoreMod()),
-                                     blocks.value_or(qkv::BlockMask()), o);
+                                     blocks.value_or(qkv::BlockMask()), o, captured);
   }
-  return nb::make_tuple(wrap(g.dq, torch), wrap(g.dk, torch), wrap(g.dv, torch));
+  nb::list grads;
+  for (const qkv::Tensor* t : {&g.dq, &g.dk, &g.dv}) grads.append(wrap(*t, torch));
+  for (const qkv::Tensor& t : g.captured) grads.append(wrap(t, torch));
+  return nb::tuple(grads);
 }
 
 }  // namespace
@@ -191,6 +196,16 @@ void bind_flex(nb::module_& m) {
 
   m.def("score_alibi", &qkv::scores::alibi, "slopes"_a);
   m.def("score_softcap", &qkv::scores::softcap, "cap"_a);
+  // table [Hq, n] (float32 or float64), read where it lies: the caller keeps it alive as long as
+  // the score mod -> (the score mod, the table as a captured tensor for flex_backward).
+  nb::class_<qkv::Captured>(m, "Captured");
+  m.def(
+      "score_relative_bias",
+      [](const Array& table, std::vector<std::int64_t> buckets) {
+        const qkv::Captured captured(view_of(table, "table"));
+        return nb::make_tuple(qkv::scores::relative_bias(captured, std::move(buckets)), captured);
+      },
+      "table"_a, "buckets"_a);
 
   nb::class_<FlexOptions>(m, "FlexOptions")
       .def(nb::init<>())
@@ -205,7 +220,7 @@ void bind_flex(nb::module_& m) {
   m.def("flex_forward", &flex_forward, "q"_a, "k"_a, "v"_a, "block_mask"_a.none(),
         "score_mod"_a.none(), "options"_a, "torch"_a);
   m.def("flex_backward", &flex_backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
-        "block_mask"_a.none(), "score_mod"_a.none(), "options"_a, "torch"_a);
+        "block_mask"_a.none(), "score_mod"_a.none(), "options"_a, "captured"_a, "torch"_a);
 }
 
 }  // namespace qkv_python

@@ -46,9 +46,23 @@ namespace {
 using Node = ScoreMod::Node;
 using Sizes = Node::Sizes;
 
+// A leaf: both row overloads through the leaf's one template, run<T>.
+template <class Derived>
+class Leaf : public Node {
+ public:
+  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+           std::int64_t cols, float* s, float* grad) const override {
+    static_cast<const Derived*>(this)->run(sizes, b, h, i, j0, cols, s, grad);
+  }
+  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+           std::int64_t cols, double* s, double* grad) const override {
+    static_cast<const Derived*>(this)->run(sizes, b, h, i, j0, cols, s, grad);
+  }
+};
+
 // ALiBi or soft-capping: the built-in options' own score mod (kernels::BuiltinScore) with only
 // that option set, so that the rule and its rounding are the built-in ones.
-class Builtin final : public Node {
+class Builtin final : public Leaf<Builtin> {
  public:
   Builtin(std::vector<double> alibi_slopes, double softcap)
       : alibi_slopes_(std::move(alibi_slopes)), softcap_(softcap) {}
@@ -73,16 +87,8 @@ class Builtin final : public Node {
                   attention::num(softcap_));
     }
   }
-  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
-           std::int64_t cols, float* s, float* grad) const override {
-    run(sizes, b, h, i, j0, cols, s, grad);
-  }
-  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
-           std::int64_t cols, double* s, double* grad) const override {
-    run(sizes, b, h, i, j0, cols, s, grad);
-  }
 
- private:
+ public:
   template <class T>
   void run(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
            std::int64_t cols, T* s, T* grad) const {
@@ -101,13 +107,14 @@ class Builtin final : public Node {
     }
   }
 
+ private:
   std::vector<double> alibi_slopes_;
   double softcap_;  // 0: off
 };
 
 // s + table[h, buckets[j - i + Tq - 1]]; on dual numbers the table's element carries the tape's
 // tangent (qkv/captured.hpp), so the backward's captured pass sees the read.
-class RelativeBias final : public Node {
+class RelativeBias final : public Leaf<RelativeBias> {
  public:
   RelativeBias(Captured table, std::vector<std::int64_t> buckets)
       : table_(std::move(table)), buckets_(std::move(buckets)) {}
@@ -125,16 +132,8 @@ class RelativeBias final : public Node {
                   std::to_string(n));
     }
   }
-  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
-           std::int64_t cols, float* s, float* grad) const override {
-    run(sizes, b, h, i, j0, cols, s, grad);
-  }
-  void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
-           std::int64_t cols, double* s, double* grad) const override {
-    run(sizes, b, h, i, j0, cols, s, grad);
-  }
 
- private:
+ public:
   template <class T>
   void run(const Sizes& sizes, std::int64_t, std::int64_t h, std::int64_t i, std::int64_t j0,
            std::int64_t cols, T* s, T* grad) const {
@@ -150,6 +149,7 @@ class RelativeBias final : public Node {
     }
   }
 
+ private:
   Captured table_;
   std::vector<std::int64_t> buckets_;
 };

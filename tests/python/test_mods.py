@@ -356,6 +356,71 @@ def test_score_mods(name, mod, fn, additive, with_mask) -> None:
         check_f32(f"{name} {n}", g, nv, w)
 
 
+def t5_buckets(Tq: int, Tk: int, n: int = 8) -> list:
+    """A bucket per offset j - i from -(Tq - 1) to Tk - 1: T5-like, exact near 0, log-spaced
+    beyond, direction kept."""
+    out = []
+    for offset in range(-(Tq - 1), Tk):
+        magnitude = abs(offset)
+        b = magnitude if magnitude < n // 4 else min(n // 2 - 1, n // 4 + int(math.log2(magnitude)))
+        out.append(b + (n // 2 if offset > 0 else 0))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("with_mask", [False, True], ids=["full", "causal lower_right"])
+def test_relative_bias_table_gets_its_gradient(dtype, with_mask) -> None:
+    """qkv.scores.relative_bias with a torch table that requires grad: out, dq, dk, dv and the
+    table's gradient against SDPA given table[:, buckets] gathered as a dense bias (torch's own
+    autograd through the gather); then the soft cap after it against the torch formula."""
+    Tq, Tk, n = 45, 100, 8
+    x = inputs(Tq, Tk, seed=6)
+    buckets = t5_buckets(Tq, Tk, n)
+    i, j = grid(Tq, Tk)
+    index = (j - i + Tq - 1).view(Tq, Tk)
+    keep = causal_dense(Tq, Tk, Tk - Tq) if with_mask else torch.ones(1, 1, Tq, Tk, dtype=bool)
+    mask_mod = qkv.masks.causal(align="lower_right") if with_mask else None
+    table0 = torch.randn(Hq, n, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    gather = torch.tensor(buckets)[index]  # [Tq, Tk] bucket of each pair
+
+    def both(score_of, oracle_of):
+        got_table = table0.to(dtype, copy=True).requires_grad_()
+        want_table = table0.to(dtype, copy=True).requires_grad_()
+        got = run(lambda q, k, v: qkv.torch.attention(
+            q, k, v, mask_mod=mask_mod, score_mod=score_of(got_table)), x, dtype)
+        want = run(lambda q, k, v: oracle_of(q, k, v, want_table[:, gather].unsqueeze(0)), x, dtype)
+        return got + [got_table.grad], want + [want_table.grad]
+
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=2e-4, atol=2e-5)
+    got, want = both(lambda t: S.relative_bias(t, buckets),
+                     lambda q, k, v, bias: sdpa(q, k, v, keep, bias.expand(B, Hq, Tq, Tk)))
+    for name, g, w in zip(NAMES + ("dtable",), got, want):
+        torch.testing.assert_close(g, w, **tol, msg=name)
+    got, want = both(lambda t: S.relative_bias(t, buckets).then(S.softcap(2.0)),
+                     lambda q, k, v, bias: formula(q, k, v, keep,
+                                                   lambda s, Tq, Tk: cap(2.0)(s + bias, Tq, Tk)))
+    for name, g, w in zip(NAMES + ("dtable",), got, want):
+        torch.testing.assert_close(g, w, **tol, msg=f"capped {name}")
+
+
+def test_relative_bias_numpy_backward_returns_the_table_gradient() -> None:
+    """qkv.attention_backward with a relative_bias score mod: dq, dk, dv, then dtable, equal to
+    the torch path's."""
+    Tq, Tk, n = 30, 30, 8
+    q, k, v, dout = inputs(Tq, Tk, seed=8)
+    table = torch.randn(Hq, n, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    mod = S.relative_bias(table.numpy(), t5_buckets(Tq, Tk, n))
+    out, lse = qkv.attention(q.numpy(), k.numpy(), v.numpy(), score_mod=mod, return_lse=True)
+    grads = qkv.attention_backward(dout.numpy(), q.numpy(), k.numpy(), v.numpy(), out, lse,
+                                   score_mod=mod)
+    assert len(grads) == 4 and grads[3].shape == (Hq, n)
+    t = table.clone().requires_grad_()
+    qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
+    qkv.torch.attention(qq, kk, vv, score_mod=S.relative_bias(t, t5_buckets(Tq, Tk, n))).backward(dout)
+    for g, w in zip(grads, (qq.grad, kk.grad, vv.grad, t.grad)):
+        np.testing.assert_array_equal(g, w.numpy())
+
+
 def test_score_mods_equal_the_builtin_options() -> None:
     """softcap then alibi is the built-in softcap and alibi_slopes options' rule."""
     Tq, Tk = 45, 100
