@@ -118,6 +118,8 @@ ErasedScore erase_score(M mod) {
 AttentionOutput flex_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                              const ErasedScore* score, const BlockMask& block_mask,
                              const FlexOptions& options);
+Tensor flex_weights(const Tensor& q, const Tensor& k, const ErasedScore* score,
+                    const BlockMask& block_mask, const FlexOptions& options);
 AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, const ErasedScore* score,
                              const BlockMask& block_mask, const FlexOptions& options,
@@ -140,6 +142,21 @@ inline AttentionOutput flex_attention(const Tensor& q, const Tensor& k, const Te
                                       const BlockMask& block_mask,
                                       const FlexOptions& options = {}) {
   return detail::flex_forward(q, k, v, nullptr, block_mask, options);
+}
+
+// q [B, Tq, Hq, D], k [B, Tk, Hk, D] -> P [B, Hq, Tq, Tk] (dtype of q), the attention
+// probabilities with the mods, before dropout (rows the mask empties are 0), for inspection:
+// computed tile by tile on the fused kernels straight into the result, no score matrix beside
+// it, V not needed.
+template <class ScoreMod>
+Tensor flex_attention_weights(const Tensor& q, const Tensor& k, ScoreMod score_mod,
+                              const BlockMask& block_mask, const FlexOptions& options = {}) {
+  const detail::ErasedScore score = detail::erase_score(std::move(score_mod));
+  return detail::flex_weights(q, k, &score, block_mask, options);
+}
+inline Tensor flex_attention_weights(const Tensor& q, const Tensor& k, const BlockMask& block_mask,
+                                     const FlexOptions& options = {}) {
+  return detail::flex_weights(q, k, nullptr, block_mask, options);
 }
 
 // dout [B, Tq, Hq, Dv]; q, k, v, out, lse as the forward had them and returned them, with the same

@@ -134,10 +134,13 @@ BlockMask create_block_mask(const MaskMod& mask_mod, std::int64_t B, std::int64_
 // flex_attention and its backward (qkv/flex.hpp) with a ScoreMod: q [B, Tq, Hq, D], k [B, Tk,
 // Hk, D], v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv], lse [B, Hq, Tq]; dout [B, Tq, Hq, Dv] -> dq,
 // dk, dv, and grads.captured: the gradients of the tensors in `captured` its leaves read (a
-// relative_bias table). The identity ScoreMod runs as no score mod.
+// relative_bias table); P [B, Hq, Tq, Tk] for inspection (flex_attention_weights). The identity
+// ScoreMod runs as no score mod.
 AttentionOutput flex_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                const ScoreMod& score_mod, const BlockMask& block_mask,
                                const FlexOptions& options = {});
+Tensor flex_attention_weights(const Tensor& q, const Tensor& k, const ScoreMod& score_mod,
+                              const BlockMask& block_mask, const FlexOptions& options = {});
 AttentionGrads flex_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        const ScoreMod& score_mod, const BlockMask& block_mask,

@@ -282,6 +282,13 @@ AttentionOutput flex_attention(const Tensor& q, const Tensor& k, const Tensor& v
   return detail::flex_forward(q, k, v, &score, block_mask, options);
 }
 
+Tensor flex_attention_weights(const Tensor& q, const Tensor& k, const ScoreMod& score_mod,
+                              const BlockMask& block_mask, const FlexOptions& options) {
+  if (score_mod.identity()) return detail::flex_weights(q, k, nullptr, block_mask, options);
+  const detail::ErasedScore score = bind(score_mod, q, k, k);
+  return detail::flex_weights(q, k, &score, block_mask, options);
+}
+
 AttentionGrads flex_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        const ScoreMod& score_mod, const BlockMask& block_mask,

@@ -106,6 +106,12 @@ void weights_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const WeightsOut<T>&
 
 void WeightsF32(const FwdParams<float>& p, const WeightsOut<float>& w) { weights_impl(p, w); }
 void WeightsF64(const FwdParams<double>& p, const WeightsOut<double>& w) { weights_impl(p, w); }
+void FlexWeightsF32(const FlexFwdParams<float>& p, const WeightsOut<float>& w) {
+  weights_impl(p, w);
+}
+void FlexWeightsF64(const FlexFwdParams<double>& p, const WeightsOut<double>& w) {
+  weights_impl(p, w);
+}
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -115,6 +121,8 @@ namespace qkv::kernels::cpu {
 
 HWY_EXPORT(WeightsF32);
 HWY_EXPORT(WeightsF64);
+HWY_EXPORT(FlexWeightsF32);
+HWY_EXPORT(FlexWeightsF64);
 
 template <>
 void weights(const FwdParams<float>& params, const WeightsOut<float>& w) {
@@ -124,6 +132,16 @@ void weights(const FwdParams<float>& params, const WeightsOut<float>& w) {
 template <>
 void weights(const FwdParams<double>& params, const WeightsOut<double>& w) {
   HWY_DYNAMIC_DISPATCH(WeightsF64)(params, w);
+}
+
+template <>
+void weights(const FlexFwdParams<float>& params, const WeightsOut<float>& w) {
+  HWY_DYNAMIC_DISPATCH(FlexWeightsF32)(params, w);
+}
+
+template <>
+void weights(const FlexFwdParams<double>& params, const WeightsOut<double>& w) {
+  HWY_DYNAMIC_DISPATCH(FlexWeightsF64)(params, w);
 }
 
 }  // namespace qkv::kernels::cpu
