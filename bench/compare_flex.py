@@ -34,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -81,12 +82,8 @@ def t5_buckets(T: int) -> torch.Tensor:
     half = REL_BUCKETS // 2
     exact = half // 2
     distance = rel.abs()
-    log_bucket = exact + (
-        torch.log(distance.clamp(min=1).double() / exact)
-        / math.log(REL_MAX_DISTANCE / exact)
-        * (half - exact)
-    ).long()
-    log_bucket = log_bucket.clamp(max=half - 1)
+    scaled = torch.log(distance.clamp(min=1).double() / exact) / math.log(REL_MAX_DISTANCE / exact)
+    log_bucket = (exact + (scaled * (half - exact)).long()).clamp(max=half - 1)
     return (rel > 0).long() * half + torch.where(distance < exact, distance, log_bucket)
 
 
@@ -304,7 +301,8 @@ def make_runners(name: str, B: int, H: int, T: int, D: int, backward: bool, comp
     return runners, grads, mod, block_mask, block_mask_ms, (q, k, v, dout)
 
 
-def measure(name, B, H, T, D, backward, reps, compiled_flex, f64: bool) -> Dict[str, object]:
+def measure(name: str, args, T: int, backward: bool, compiled_flex) -> Dict[str, object]:
+    B, H, D, reps = args.B, args.H, args.D, args.reps
     runners, grads, mod, block_mask, block_mask_ms, tensors = make_runners(
         name, B, H, T, D, backward, compiled_flex
     )
@@ -355,7 +353,7 @@ def measure(name, B, H, T, D, backward, reps, compiled_flex, f64: bool) -> Dict[
     for n in (n for n in grad_sets if n != "qkv"):
         for label, a, b in zip(labels, grad_sets["qkv"], grad_sets[n]):
             agreement[f"{label}_qkv_vs_{n}"] = max_diff(a, b)
-    if f64:
+    if args.f64:
         ref = f64_reference(*tensors, name, T, H, backward)
         for label, x in zip(["out"] + labels, ref):
             agreement[f"{label}_f64_max_abs"] = x.abs().max().item()
@@ -410,8 +408,10 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     qkv.set_num_threads(args.threads)
+    cold_cache = None
     if not args.warm_cache:  # so the first call's time is the compilation's
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="compare_flex_inductor_")
+        cold_cache = tempfile.mkdtemp(prefix="compare_flex_inductor_")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cold_cache
     # Every (mod, T) is its own compiled graph: past Dynamo's recompile limit (8 by default) the
     # call would silently run uncompiled; static shapes so each T gets its own kernel.
     torch._dynamo.config.recompile_limit = 256
@@ -440,8 +440,8 @@ def main() -> int:
     print(f"                               eager:    {backward_probe['eager']}")
     print(
         "fwd: torch = flex_attention compiled (torch.compile), eager = flex_attention uncompiled\n"
-        "fwd+bwd: no FlexAttention (it has no CPU backward): torch = the same mods in dense PyTorch "
-        "ops compiled (torch.compile), eager = the same uncompiled"
+        "fwd+bwd: no FlexAttention (no CPU backward): torch = the same mods in dense PyTorch ops "
+        "compiled (torch.compile), eager = the same uncompiled"
     )
     header = (
         f"{'mod':<16} {'pass':>7} {'T':>5} {'qkv ms':>10} {'torch ms':>10} {'torch path':>14} "
@@ -453,10 +453,7 @@ def main() -> int:
     for T in (int(t) for t in args.T.split(",")):
         for name in args.mods.split(","):
             for p in args.passes.split(","):
-                row = measure(
-                    name, args.B, args.H, T, args.D, p == "fwd+bwd", args.reps, compiled_flex,
-                    args.f64,
-                )
+                row = measure(name, args, T, p == "fwd+bwd", compiled_flex)
                 rows.append(row)
                 if row["pass"] == "fwd" and not row.get("torch_flex_compiled", False):
                     compiled_everywhere = False
@@ -478,6 +475,8 @@ def main() -> int:
                     flush=True,
                 )
     load_end = os.getloadavg()
+    if cold_cache is not None:
+        shutil.rmtree(cold_cache, ignore_errors=True)
     print(f"load average at the end {' '.join(f'{x:.2f}' for x in load_end)}")
     if args.json:
         with open(args.json, "w") as f:

@@ -101,6 +101,9 @@ class ScoreMod {
   // s -> next(this(s)): scores::softcap(30).then(scores::alibi(slopes)) caps, then adds ALiBi.
   ScoreMod then(const ScoreMod& next) const;
   bool identity() const noexcept { return node_ == nullptr; }
+  // The tensors its leaves read that can get gradients (relative_bias tables), in the order the
+  // leaves apply.
+  std::vector<Captured> captured() const;
   // The tree, for the library's entry points (null: the identity).
   const std::shared_ptr<const Node>& node() const noexcept { return node_; }
 

@@ -39,6 +39,8 @@ class ScoreMod::Node {
                    std::int64_t j0, std::int64_t cols, float* s, float* grad) const = 0;
   virtual void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i,
                    std::int64_t j0, std::int64_t cols, double* s, double* grad) const = 0;
+  // Appends the captured tensors this node reads (ScoreMod::captured).
+  virtual void captured(std::vector<Captured>&) const {}
 };
 
 namespace {
@@ -119,6 +121,7 @@ class RelativeBias final : public Leaf<RelativeBias> {
   RelativeBias(Captured table, std::vector<std::int64_t> buckets)
       : table_(std::move(table)), buckets_(std::move(buckets)) {}
 
+  void captured(std::vector<Captured>& out) const override { out.push_back(table_); }
   void check(const Sizes& sizes) const override {
     const Tensor& t = table_.tensor();
     if (t.size(0) != sizes.Hq) {
@@ -163,6 +166,10 @@ class Sequence final : public Node {
   void check(const Sizes& sizes) const override {
     first_->check(sizes);
     second_->check(sizes);
+  }
+  void captured(std::vector<Captured>& out) const override {
+    first_->captured(out);
+    second_->captured(out);
   }
   void row(const Sizes& sizes, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
            std::int64_t cols, float* s, float* grad) const override {
@@ -231,6 +238,12 @@ detail::ErasedScore bind(const ScoreMod& score_mod, const Tensor& q, const Tenso
 }
 
 }  // namespace
+
+std::vector<Captured> ScoreMod::captured() const {
+  std::vector<Captured> out;
+  if (node_ != nullptr) node_->captured(out);
+  return out;
+}
 
 ScoreMod ScoreMod::then(const ScoreMod& next) const {
   if (identity()) return next;

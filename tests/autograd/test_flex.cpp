@@ -39,6 +39,33 @@ TEST(FlexGradcheck, MatchesFiniteDifferences) {
   }
 }
 
+// A relative_bias table as a Var (then a soft cap): its gradient and q, k, v's against finite
+// differences, on both backends; a table that is not the captured tensor is refused.
+TEST(FlexGradcheck, RelativeBiasTableIsAnInput) {
+  const std::int64_t B = 2, Tq = 6, Tk = 6;
+  const std::vector<std::int64_t> buckets = {0, 0, 1, 1, 2, 3, 4, 4, 5, 5, 5};  // Tq + Tk - 1
+  const BlockMask blocks = create_block_mask(masks::causal(), 1, 1, Tq, Tk);
+  const std::vector<Tensor> inputs = {random({B, Tq, 2, 3}, 31), random({B, Tk, 1, 3}, 32),
+                                      random({B, Tk, 1, 2}, 33), random({2, 6}, 34)};
+  for (const Backend backend : {Backend::cpu, Backend::reference}) {
+    FlexOptions o;
+    o.backend = backend;
+    expect_gradcheck(
+        std::string("flex_attention relative_bias ") +
+            (backend == Backend::cpu ? "cpu" : "reference"),
+        [&](const std::vector<Var>& v) {
+          const ScoreMod score =
+              scores::relative_bias(Captured(v[3].value()), buckets).then(scores::softcap(1.5));
+          return ag::flex_attention(v[0], v[1], v[2], score, blocks, o, {v[3]});
+        },
+        inputs);
+  }
+  const ScoreMod score = scores::relative_bias(Captured(inputs[3]), buckets);
+  const Var q(inputs[0]), k(inputs[1]), v(inputs[2]);
+  EXPECT_THROW(ag::flex_attention(q, k, v, score, blocks, {}, {}), Error);
+  EXPECT_THROW(ag::flex_attention(q, k, v, score, blocks, {}, {Var(inputs[3].clone())}), Error);
+}
+
 // Causal and ALiBi as mods give the primitive's loss and gradients with the built-in options.
 TEST(FlexGradcheck, EqualsTheAttentionPrimitiveWithTheSameRule) {
   AttentionOptions o;

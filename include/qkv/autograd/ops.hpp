@@ -145,8 +145,11 @@ Var attention_decomposed(const Var& q, const Var& k, const Var& v,
 // q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv]: qkv::flex_attention
 // with a score mod value and a block mask (qkv/mod_values.hpp), as one node whose backward is
 // qkv::flex_attention_backward (P recomputed from the saved lse, ds'/ds on dual numbers).
+// tables: one Var per tensor score_mod.captured() lists (a relative_bias table), holding that
+// very tensor (same memory): they receive its gradient.
 Var flex_attention(const Var& q, const Var& k, const Var& v, const ScoreMod& score_mod = {},
-                   const BlockMask& block_mask = {}, const FlexOptions& options = {});
+                   const BlockMask& block_mask = {}, const FlexOptions& options = {},
+                   const std::vector<Var>& tables = {});
 
 // --- scores.cpp -----------------------------------------------------------------------------
 // Attention score functions, composed ops. q [..., Tq, Dq], k [..., Tk, Dk] -> [..., Tq, Tk].
