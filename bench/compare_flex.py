@@ -36,6 +36,7 @@ import math
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -208,18 +209,31 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.detach().double() - b.detach().double()).abs().max().item()
 
 
+PROBE = """
+import sys, warnings, torch
+from torch.nn.attention.flex_attention import flex_attention
+warnings.simplefilter("ignore")
+fn = torch.compile(flex_attention) if sys.argv[1] == "compiled" else flex_attention
+q = torch.randn(1, 1, 128, 16, requires_grad=True)
+try:
+    fn(q, q, q).sum().backward()
+    print("ok")
+except Exception as e:
+    print(f"{type(e).__name__}: {str(e).splitlines()[0]}")
+"""
+
+
 def probe_flex_backward() -> Dict[str, str]:
-    """What FlexAttention says when asked for a backward on the CPU, compiled and not."""
+    """What FlexAttention says when asked for a backward on the CPU, compiled and not. In a
+    child process: once a compiled call has failed, Dynamo skips flex_attention's frame for the
+    rest of the process, and every later torch.compile(flex_attention) runs it uncompiled."""
     found = {}
-    q = torch.randn(1, 1, 128, 16, requires_grad=True)
-    for label, fn in (("compiled", torch.compile(flex_attention)), ("eager", flex_attention)):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                fn(q, q, q).sum().backward()
-            found[label] = "ok"
-        except Exception as e:  # the refusal is the finding
-            found[label] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    for label in ("compiled", "eager"):
+        child = subprocess.run(
+            [sys.executable, "-c", PROBE, label], capture_output=True, text=True, timeout=600
+        )
+        lines = child.stdout.strip().splitlines()
+        found[label] = lines[-1] if lines else f"probe failed (rc {child.returncode})"
     return found
 
 
@@ -283,7 +297,7 @@ def make_runners(name: str, B: int, H: int, T: int, D: int, backward: bool, comp
     if backward:
         runners = {
             "qkv": run_qkv,
-            "torch_dense": run_dense(torch.compile(dense_all_heads, dynamic=False)),
+            "torch_dense": run_dense(torch.compile(dense_all_heads, dynamic=False, fullgraph=True)),
             "torch_dense_eager": run_dense(dense_all_heads),
         }
     else:
@@ -322,19 +336,19 @@ def measure(name: str, args, T: int, backward: bool, compiled_flex) -> Dict[str,
     # Warm-up (compilation included, timed apart), and the check that all compute the same.
     outs, grad_sets = {}, {}
     for n, run in runners.items():
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            start = time.perf_counter()
-            try:
+        start = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=UNFUSED_WARNING)
                 outs[n] = run()
-            except Exception as e:  # a contender that cannot run is recorded, not fatal
-                row[f"{n}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-                print(f"  {name} T={T} {n}: {row[f'{n}_error']}", flush=True)
-                continue
-            row[f"{n}_first_call_s"] = time.perf_counter() - start
-        if n == "torch_flex":
-            unfused = any(UNFUSED_WARNING in str(w.message) for w in caught)
-            row["torch_flex_compiled"] = not unfused
+        except Exception as e:  # a contender that cannot run is recorded, not fatal
+            row[f"{n}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            print(f"  {name} T={T} {n}: {row[f'{n}_error']}", flush=True)
+            continue
+        finally:
+            if n == "torch_flex":  # compiled with fullgraph: ran means fused
+                row["torch_flex_compiled"] = n in outs
+        row[f"{n}_first_call_s"] = time.perf_counter() - start
         if backward:
             grad_sets[n] = [x.detach().clone() for x in grads[n]()]
     for n in [n for n in runners if n not in outs]:
@@ -416,7 +430,8 @@ def main() -> int:
     # call would silently run uncompiled; static shapes so each T gets its own kernel.
     torch._dynamo.config.recompile_limit = 256
     torch._dynamo.config.accumulated_recompile_limit = 4096
-    compiled_flex = torch.compile(flex_attention, dynamic=False)
+    # fullgraph: a graph break raises instead of running flex_attention uncompiled in silence.
+    compiled_flex = torch.compile(flex_attention, dynamic=False, fullgraph=True)
     load_start = os.getloadavg()
     machine = {
         "cpu": cpu_model(),
@@ -459,7 +474,7 @@ def main() -> int:
                     compiled_everywhere = False
                 path = "dense compiled" if row["pass"] == "fwd+bwd" else "flex compiled"
                 if row["pass"] == "fwd" and row.get("torch_flex_compiled") is False:
-                    path = "flex UNFUSED"
+                    path = "flex FAILED"
 
                 def ms(key):
                     return f"{row[key]:>10.2f}" if key in row else f"{'-':>10}"
