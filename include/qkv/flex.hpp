@@ -88,24 +88,33 @@ void score_row(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, 
   }
 }
 
-// One evaluation per captured read, on a dual number with tangent 0 on s and 1 on that read (the
-// tape); pairs with ds = 0 (the mask's dropped pairs among them) are not evaluated.
-template <class M, class T>
-void captured_row(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
-                  std::int64_t cols, const T* s, const T* ds, const CaptureSink<T>& sink) {
-  const M& m = *static_cast<const M*>(mod);
+// The captured pass over a row s, ds [cols]: per pair with ds != 0 (the mask's dropped pairs
+// have 0), one evaluation per captured read, eval(s_c, c) -> Dual (the mod at the dual number
+// s_c + 0 eps) under a tape that seeds that read, adding ds_c times the tangent into sink.
+template <class T, class Eval>
+void captured_pass(std::int64_t cols, const T* s, const T* ds, const CaptureSink<T>& sink,
+                   const Eval& eval) {
   for (std::int64_t c = 0; c < cols; ++c) {
     if (ds[c] == T(0)) continue;
     for (int seed = 0;; ++seed) {
       CaptureTape tape;
       tape.seed = seed;
       capture_tape = &tape;
-      const Dual<T> r = m(Dual<T>{s[c], T(0)}, b, h, i, j0 + c);
+      const Dual<T> r = eval(s[c], c);
       capture_tape = nullptr;
       if (tape.tensor != nullptr) sink.add(tape.tensor, tape.index, ds[c] * r.d);
       if (seed + 1 >= tape.reads) break;
     }
   }
+}
+
+template <class M, class T>
+void captured_row(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                  std::int64_t cols, const T* s, const T* ds, const CaptureSink<T>& sink) {
+  const M& m = *static_cast<const M*>(mod);
+  captured_pass(cols, s, ds, sink, [&](T x, std::int64_t c) {
+    return m(Dual<T>{x, T(0)}, b, h, i, j0 + c);
+  });
 }
 
 template <class M>

@@ -221,29 +221,7 @@ def attention(
     to [B, Hq, Tq, Tk]; backend is "auto" (the fused kernel), "cpu" or "reference". mask_mod
     and score_mod (qkv.masks, qkv.scores) run through flex_attention in place of the mask and
     score options."""
-    if mask_mod is not None or score_mod is not None:
-        flex = _flex(
-            mask_mod,
-            score_mod,
-            q,
-            k,
-            causal=causal,
-            window=window,
-            key_lengths=key_lengths,
-            query_lengths=query_lengths,
-            mask=mask,
-            bias=bias,
-            alibi_slopes=alibi_slopes,
-            softcap=softcap,
-            scale=scale,
-            dropout_p=dropout_p,
-            seed=seed,
-            offset=offset,
-            backend=backend,
-        )
-        out, lse = _qkv.flex_forward(_array(q), _array(k), _array(v), *flex, _is_torch(q))
-        return (out, lse) if return_lse else out
-    options = _options(
+    options = dict(
         causal=causal,
         window=window,
         key_lengths=key_lengths,
@@ -258,7 +236,11 @@ def attention(
         offset=offset,
         backend=backend,
     )
-    out, lse = _qkv.forward(_array(q), _array(k), _array(v), options, _is_torch(q))
+    if mask_mod is not None or score_mod is not None:
+        flex = _flex(mask_mod, score_mod, q, k, **options)
+        out, lse = _qkv.flex_forward(_array(q), _array(k), _array(v), *flex, _is_torch(q))
+        return (out, lse) if return_lse else out
+    out, lse = _qkv.forward(_array(q), _array(k), _array(v), _options(**options), _is_torch(q))
     return (out, lse) if return_lse else out
 
 

@@ -95,29 +95,6 @@ def attention(
 ) -> torch.Tensor:
     """qkv.attention's arguments and semantics on torch tensors, differentiable in q, k, v and
     bias through torch.autograd -> out [B, Tq, Hq, Dv]."""
-    if mask_mod is not None or score_mod is not None:
-        flex = qkv._flex(
-            mask_mod,
-            score_mod,
-            q,
-            k,
-            causal=causal,
-            window=window,
-            key_lengths=key_lengths,
-            query_lengths=query_lengths,
-            mask=mask,
-            bias=bias,
-            alibi_slopes=alibi_slopes,
-            softcap=softcap,
-            scale=scale,
-            dropout_p=dropout_p,
-            seed=seed,
-            offset=offset,
-            backend=backend,
-        )
-        pairs = () if score_mod is None else score_mod._captured
-        captured = [c for c, _ in pairs]
-        return FlexFunction.apply(q, k, v, *flex, captured, *(t for _, t in pairs))
     options = dict(
         causal=causal,
         window=window,
@@ -132,4 +109,9 @@ def attention(
         offset=offset,
         backend=backend,
     )
+    if mask_mod is not None or score_mod is not None:
+        flex = qkv._flex(mask_mod, score_mod, q, k, bias=bias, **options)
+        pairs = () if score_mod is None else score_mod._captured
+        captured = [c for c, _ in pairs]
+        return FlexFunction.apply(q, k, v, *flex, captured, *(t for _, t in pairs))
     return AttentionFunction.apply(q, k, v, bias, options)

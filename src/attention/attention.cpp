@@ -7,7 +7,6 @@
 #include "attention/common.hpp"
 #include "attention/run.hpp"
 #include "attention/validate.hpp"
-#include "kernels/cpu/weights.hpp"
 #include "kernels/flash_params.hpp"
 #include "kernels/reference/entry.hpp"
 #include "qkv/block_mask.hpp"
@@ -98,9 +97,8 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
   if (dbias.defined()) grads.dbias.copy_from(dbias);
 }
 
-// weights [B, Hq, Tq, Tk] (the caller's, any strides) <- P: on the fused kernels tile by tile
-// straight into it (staged only for another dtype), on the reference through its dense rows. v
-// is a one-column stand-in: P does not depend on v.
+// weights [B, Hq, Tq, Tk] (the caller's, any strides) <- P (attention::run_weights); v is a
+// one-column stand-in: P does not depend on v.
 template <class T>
 void weights_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
                 const AttentionOptions& options, Tensor& weights) {
@@ -110,24 +108,7 @@ void weights_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, con
   }
   const bool reference = use_reference(options.backend);
   const Prepared<T> prepared(dims, q, k, v, options, !reference);
-  attention::Writable<T> w(weights, false);
-  if (reference) {
-    const Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, 1}, dtype_of<T>());
-    const Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, dtype_of<T>());
-    Tensor dense = Tensor::empty({dims.B, dims.Hq, dims.Tq, dims.Tk}, dtype_of<T>());
-    kernels::FwdParams<T> p = prepared.params;
-    p.out = attention::rows_of<T>(out_t);
-    p.lse = attention::stats_of<T>(lse_t);
-    kernels::reference::forward(p, static_cast<T*>(dense.data()));
-    Tensor target = w.tensor();  // a view: the same storage
-    target.copy_from(dense);
-  } else {
-    kernels::WeightsOut<T> out{static_cast<T*>(w.tensor().data()), {}};
-    for (int d = 0; d < 4; ++d) out.stride[d] = w.tensor().stride(d);
-    const detail::ThreadShare threads(num_threads());  // (qkv/system.hpp)
-    kernels::cpu::weights(prepared.params, out);
-  }
-  w.finish();
+  attention::run_weights(prepared.params, reference, weights);
 }
 
 }  // namespace
@@ -203,20 +184,9 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   }
 }
 
-namespace {
-
-// P does not depend on v: a one-column v of zeros stands in for it, so that validation and the
-// forward are the ones the other entry points use.
-Tensor stand_in_v(const Tensor& q, const Tensor& k) {
-  const bool k_ok = k.defined() && k.dim() == 4;
-  return Tensor::zeros({k_ok ? k.size(0) : 0, k_ok ? k.size(1) : 0, k_ok ? k.size(2) : 0, 1},
-                       q.defined() && is_floating(q.dtype()) ? q.dtype() : DType::f32);
-}
-
-}  // namespace
-
 Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options) {
-  const kernels::Dims dims = attention::validate_inputs(q, k, stand_in_v(q, k), options);
+  const kernels::Dims dims =
+      attention::validate_inputs(q, k, attention::weights_stand_in_v(q, k), options);
   Tensor weights = Tensor::empty({dims.B, dims.Hq, dims.Tq, dims.Tk}, q.dtype());
   attention_weights(q, k, options, weights);
   return weights;
@@ -224,7 +194,7 @@ Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOption
 
 void attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options,
                        Tensor& weights) {
-  const Tensor v = stand_in_v(q, k);
+  const Tensor v = attention::weights_stand_in_v(q, k);
   const kernels::Dims dims = attention::validate_inputs(q, k, v, options);
   attention::expect_output(weights, "weights", {dims.B, dims.Hq, dims.Tq, dims.Tk}, q.dtype(),
                            {&q, &k, &options.mask, &options.bias});

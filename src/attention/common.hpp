@@ -64,6 +64,14 @@ inline kernels::BuiltinMask builtin_mask(const kernels::Dims& dims, const Attent
   return m;
 }
 
+// P does not depend on v: for the weights entry points a one-column v of zeros [B, Tk, Hk, 1]
+// stands in for it, so that validation and the params are the forward's.
+inline Tensor weights_stand_in_v(const Tensor& q, const Tensor& k) {
+  const bool k_ok = k.defined() && k.dim() == 4;
+  return Tensor::zeros({k_ok ? k.size(0) : 0, k_ok ? k.size(1) : 0, k_ok ? k.size(2) : 0, 1},
+                       q.defined() && is_floating(q.dtype()) ? q.dtype() : DType::f32);
+}
+
 inline Shape out_shape(const kernels::Dims& d) { return {d.B, d.Tq, d.Hq, d.Dv}; }
 inline Shape lse_shape(const kernels::Dims& d) { return {d.B, d.Hq, d.Tq}; }
 

@@ -9,7 +9,6 @@
 #include "attention/common.hpp"
 #include "attention/run.hpp"
 #include "attention/validate.hpp"
-#include "kernels/cpu/weights.hpp"
 #include "kernels/flex_mods.hpp"
 #include "qkv/error.hpp"
 
@@ -104,34 +103,15 @@ template <class T>
 void weights_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
                 const ErasedScore* score, const BlockMask& blocks, const FlexOptions& options,
                 Tensor& weights) {
-  const bool reference = attention::use_reference(options.backend);
   const FlexPrepared<T> prepared(dims, q, k, v, score, blocks, options);
-  attention::Writable<T> w(weights, false);
-  if (reference) {
-    const Tensor out_t = Tensor::empty({dims.B, dims.Tq, dims.Hq, 1}, attention::dtype_of<T>());
-    const Tensor lse_t = Tensor::empty({dims.B, dims.Hq, dims.Tq}, attention::dtype_of<T>());
-    kernels::FlexFwdParams<T> p = prepared.params;
-    p.out = attention::rows_of<T>(out_t);
-    p.lse = attention::stats_of<T>(lse_t);
-    kernels::reference::forward(p, static_cast<T*>(w.tensor().data()));
-  } else {
-    kernels::WeightsOut<T> out{static_cast<T*>(w.tensor().data()), {}};
-    for (int d = 0; d < 4; ++d) out.stride[d] = w.tensor().stride(d);
-    const ThreadShare threads(num_threads());  // (qkv/system.hpp)
-    kernels::cpu::weights(prepared.params, out);
-  }
-  w.finish();
+  attention::run_weights(prepared.params, attention::use_reference(options.backend), weights);
 }
 
 }  // namespace
 
 Tensor flex_weights(const Tensor& q, const Tensor& k, const ErasedScore* score,
                     const BlockMask& block_mask, const FlexOptions& options) {
-  // P does not depend on v: a one-column v of zeros stands in for it (attention_weights's way).
-  const bool k_ok = k.defined() && k.dim() == 4;
-  const Tensor v =
-      Tensor::zeros({k_ok ? k.size(0) : 0, k_ok ? k.size(1) : 0, k_ok ? k.size(2) : 0, 1},
-                    q.defined() && is_floating(q.dtype()) ? q.dtype() : DType::f32);
+  const Tensor v = attention::weights_stand_in_v(q, k);
   const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
   const BlockMask blocks = blocks_for(block_mask, dims);
   Tensor weights = Tensor::zeros({dims.B, dims.Hq, dims.Tq, dims.Tk}, q.dtype());

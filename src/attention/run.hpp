@@ -11,6 +11,7 @@
 #include "attention/common.hpp"
 #include "core/thread_budget.hpp"
 #include "kernels/cpu/entry.hpp"
+#include "kernels/cpu/weights.hpp"
 #include "kernels/reference/entry.hpp"
 #include "qkv/system.hpp"
 
@@ -125,6 +126,32 @@ void run_backward(const kernels::BwdParams<T, S, M>& params, bool reference, con
   dq.finish();
   dk.finish();
   dv.finish();
+}
+
+// weights [B, Hq, Tq, Tk] (the caller's, any strides) <- P of params (q, k and mods set; v a
+// one-column stand-in, weights_stand_in_v): on the fused kernels tile by tile straight into it
+// (staged only for another dtype), on the reference through its dense rows.
+template <class T, class S, class M>
+void run_weights(const kernels::FwdParams<T, S, M>& params, bool reference, Tensor& weights) {
+  const kernels::Dims& d = params.dims;
+  Writable<T> w(weights, false);
+  if (reference) {
+    const Tensor out_t = Tensor::empty({d.B, d.Tq, d.Hq, 1}, dtype_of<T>());
+    const Tensor lse_t = Tensor::empty({d.B, d.Hq, d.Tq}, dtype_of<T>());
+    const Tensor dense = Tensor::empty({d.B, d.Hq, d.Tq, d.Tk}, dtype_of<T>());
+    kernels::FwdParams<T, S, M> p = params;
+    p.out = rows_of<T>(out_t);
+    p.lse = stats_of<T>(lse_t);
+    kernels::reference::forward(p, static_cast<T*>(dense.data()));
+    Tensor target = w.tensor();  // a view: the same storage
+    target.copy_from(dense);
+  } else {
+    kernels::WeightsOut<T> out{static_cast<T*>(w.tensor().data()), {}};
+    for (int x = 0; x < 4; ++x) out.stride[x] = w.tensor().stride(x);
+    const detail::ThreadShare threads(num_threads());  // (qkv/system.hpp)
+    kernels::cpu::weights(params, out);
+  }
+  w.finish();
 }
 
 }  // namespace qkv::attention

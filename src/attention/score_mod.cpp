@@ -200,26 +200,17 @@ void bound_row(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, 
   m.root->row(m.sizes, b, h, i, j0, cols, s, grad);
 }
 
-// The captured pass (qkv/captured.hpp) through the tree: per pair with ds != 0, one evaluation
-// per captured read, s's own tangent 0 and the tape seeding that read.
+// The captured pass (detail::captured_pass) through the tree, s's own tangent 0.
 template <class T>
 void bound_captured(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i,
                     std::int64_t j0, std::int64_t cols, const T* s, const T* ds,
                     const detail::CaptureSink<T>& sink) {
   const Bound& m = *static_cast<const Bound*>(mod);
-  for (std::int64_t c = 0; c < cols; ++c) {
-    if (ds[c] == T(0)) continue;
-    for (int seed = 0;; ++seed) {
-      detail::CaptureTape tape;
-      tape.seed = seed;
-      detail::capture_tape = &tape;
-      T value = s[c], tangent = 0;
-      m.root->row(m.sizes, b, h, i, j0 + c, 1, &value, &tangent);
-      detail::capture_tape = nullptr;
-      if (tape.tensor != nullptr) sink.add(tape.tensor, tape.index, ds[c] * tangent);
-      if (seed + 1 >= tape.reads) break;
-    }
-  }
+  detail::captured_pass(cols, s, ds, sink, [&](T x, std::int64_t c) {
+    T tangent = 0;
+    m.root->row(m.sizes, b, h, i, j0 + c, 1, &x, &tangent);
+    return Dual<T>{x, tangent};
+  });
 }
 
 // q, k, v checked as flex_attention checks them, then the mod against their sizes.

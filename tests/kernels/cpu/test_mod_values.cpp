@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cpu/finite_differences.hpp"
 #include "kernels/cpu/fused_case.hpp"
 
 namespace qkv::testing {
@@ -341,32 +342,11 @@ TEST(ScoreModValue, GradientsMatchFiniteDifferences) {
     const AttentionOutput f = flex_attention(in.q, in.k, in.v, mod, blocks, o);
     const AttentionGrads g =
         flex_attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse, mod, blocks, o);
-    const auto loss = [&](const Tensor& q, const Tensor& k, const Tensor& v) {
-      const std::vector<double> a = flex_attention(q, k, v, mod, blocks, o).out.to_vector();
-      const std::vector<double> w = in.dout.to_vector();
-      double sum = 0;
-      for (std::size_t n = 0; n < a.size(); ++n) sum += a[n] * w[n];
-      return sum;
-    };
-    const Tensor* args[] = {&in.q, &in.k, &in.v};
-    const Tensor* grads[] = {&g.dq, &g.dk, &g.dv};
-    for (int a = 0; a < 3; ++a) {
-      const std::vector<double> analytic = grads[a]->to_vector();
-      for (std::int64_t n = 0; n < args[a]->numel(); n += 3) {
-        Tensor plus = args[a]->clone(), minus = args[a]->clone();
-        const double h = 1e-6;
-        plus.data_as<double>()[n] += h;
-        minus.data_as<double>()[n] -= h;
-        const Tensor* p3[3] = {&in.q, &in.k, &in.v};
-        const Tensor* m3[3] = {&in.q, &in.k, &in.v};
-        p3[a] = &plus;
-        m3[a] = &minus;
-        const double numeric =
-            (loss(*p3[0], *p3[1], *p3[2]) - loss(*m3[0], *m3[1], *m3[2])) / (2 * h);
-        EXPECT_NEAR(analytic[static_cast<std::size_t>(n)], numeric, 1e-7)
-            << "arg " << a << " n " << n;
-      }
-    }
+    expect_finite_differences(
+        [&](const Tensor& q, const Tensor& k, const Tensor& v) {
+          return flex_attention(q, k, v, mod, blocks, o).out;
+        },
+        in.dout, {in.q, in.k, in.v}, {g.dq, g.dk, g.dv}, 3, 1e-7);
   }
 }
 
