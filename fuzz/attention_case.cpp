@@ -388,6 +388,24 @@ class CaseBuilder {
       c_.alias_output = true;
       note() << "an output overlapping an input";
     }
+    if (more & 32) draw_flex();
+  }
+
+  // A flex_attention case: the mods replace the built-in masks, biases and scores, and the
+  // outputs are the ones flex_attention returns.
+  void draw_flex() {
+    AttentionOptions flex;
+    flex.scale = c_.options.scale;
+    flex.dropout_p = c_.options.dropout_p;
+    flex.seed = c_.options.seed;
+    flex.offset = c_.options.offset;
+    c_.options = flex;
+    has_mask_ = has_bias_ = false;
+    c_.outputs.reset();
+    c_.alias_output = false;
+    c_.mods = draw_mods(in_, B_, Hq_, Tq_, Tk_);
+    note() << "flex_attention (of the options above only scale and dropout) with\n"
+           << c_.mods->description;
   }
 
   // The special values come early in the input, so that short inputs have them too.

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "byte_reader.hpp"
+#include "mods_case.hpp"
 #include "qkv/attention.hpp"
 #include "qkv/tensor.hpp"
 
@@ -26,6 +27,9 @@ struct AttentionCase {
   // memory gaps hold NaN (or true, for the mask).
   Tensor q, k, v, dout;
   AttentionOptions options;  // options.backend is left for the caller
+  // With a value, the call is flex_attention with these mods, and of the options only scale
+  // and dropout apply (FlexOptions).
+  std::optional<ModsCase> mods;
   // With a value, the calls write into tensors the caller allocated in these layouts.
   std::optional<OutputLayouts> outputs;
   bool alias_output = false;  // an output that overlaps an input: validation must refuse it

@@ -1,8 +1,9 @@
 // libFuzzer target for attention (README, "Fuzzing"). Each input is decoded into one call
 // (attention_case.hpp: shapes, layouts, every option, dtypes, thread counts, data with NaN, inf,
-// huge and subnormal values anywhere). The call runs forward and backward on the fused backend
-// (Backend::cpu, twice, on two thread counts), on the reference backend in the same dtype, and,
-// when the fused results are not all within their rounding slack of the reference's, on the
+// huge and subnormal values anywhere), or into a flex_attention call with mods (mods_case.hpp),
+// whose table gradient is checked like the others. The call runs forward and backward on the fused
+// backend (Backend::cpu, twice, on two thread counts), on the reference backend in the same dtype,
+// and, when the fused results are not all within their rounding slack of the reference's, on the
 // reference in f64 from the same input values. A finding, reported by abort() with the case and
 // what differs, is:
 //   - an exception other than qkv::Error, a crash, or a sanitizer report;
@@ -11,7 +12,8 @@
 //     and the reference backends (except that NaN and +-inf may trade places where an infinity
 //     meets a P_ij below the smallest normal: attention_check.hpp);
 //   - an error against the f64 reference beyond FlashAttention's rule (attention_check.hpp);
-//   - different bits from the two thread counts.
+//   - different bits from the two thread counts;
+//   - a block mask tile called empty or full where the mask mod keeps or drops a pair in it.
 // QKV_FUZZ_VERBOSE=1 prints every case, which is how a saved finding is read back.
 #include <algorithm>
 #include <cmath>
@@ -28,7 +30,9 @@
 #include "attention_slack.hpp"
 #include "byte_reader.hpp"
 #include "qkv/attention.hpp"
+#include "qkv/block_mask.hpp"
 #include "qkv/error.hpp"
+#include "qkv/flex.hpp"
 #include "qkv/system.hpp"
 
 namespace qkv::fuzz {
@@ -48,6 +52,17 @@ struct Results {
   AttentionGrads grads;
   std::optional<std::string> error;
 };
+
+// The options of a mods case as flex_attention takes them.
+FlexOptions flex_options(const AttentionOptions& o, Backend backend) {
+  FlexOptions flex;
+  flex.scale = o.scale;
+  flex.dropout_p = o.dropout_p;
+  flex.seed = o.seed;
+  flex.offset = o.offset;
+  flex.backend = backend;
+  return flex;
+}
 
 // q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv], dout [B, Tq, Hq, Dv] (or what the case
 // made invalid): the forward, then the backward on its out and lse, on `threads` threads, into
@@ -85,7 +100,25 @@ Results run(const AttentionCase& c, const Tensor& q, const Tensor& k, const Tens
   return r;
 }
 
+// The same for a mods case (c.mods): flex_attention and its backward with the case's mods, the
+// table's gradient in grads.captured; exact: the table in f64.
+Results run_mods(const AttentionCase& c, const Tensor& q, const Tensor& k, const Tensor& v,
+                 const Tensor& dout, Backend backend, bool exact, int threads) {
+  set_num_threads(threads);
+  Results r;
+  try {
+    const ModsCall call = c.mods->build(exact);
+    const FlexOptions options = flex_options(c.options, backend);
+    r.forward = call.forward(q, k, v, options);
+    r.grads = call.backward(dout, q, k, v, r.forward.out, r.forward.lse, options);
+  } catch (const Error& e) {
+    r.error = e.what();
+  }
+  return r;
+}
+
 Results run(const AttentionCase& c, Backend backend, int threads) {
+  if (c.mods) return run_mods(c, c.q, c.k, c.v, c.dout, backend, false, threads);
   AttentionOptions options = c.options;
   options.backend = backend;
   return run(c, c.q, c.k, c.v, c.dout, options, threads);
@@ -94,6 +127,10 @@ Results run(const AttentionCase& c, Backend backend, int threads) {
 // The reference on the same values converted to f64 (exactly: every dtype converts to f64
 // without rounding), in contiguous layouts.
 Results run_exact(const AttentionCase& c) {
+  if (c.mods) {
+    return run_mods(c, c.q.to(DType::f64), c.k.to(DType::f64), c.v.to(DType::f64),
+                    c.dout.to(DType::f64), Backend::reference, true, c.threads[0]);
+  }
   AttentionOptions options = c.options;
   options.backend = Backend::reference;
   if (options.bias.defined()) options.bias = options.bias.to(DType::f64);
@@ -105,6 +142,49 @@ Results run_exact(const AttentionCase& c) {
 [[noreturn]] void finding(const AttentionCase& c, const std::string& what) {
   std::fprintf(stderr, "attention_fuzz: %s\ncase:\n%s\n", what.c_str(), c.description.c_str());
   std::abort();
+}
+
+// A mods case's block mask against its mask mod evaluated element by element: no kept pair in an
+// empty tile, no dropped pair in a full one, and the tile counts adding up.
+void check_block_mask(const AttentionCase& c) {
+  const ModsCall call = c.mods->build(false);
+  const BlockMask& blocks = call.blocks;
+  const std::int64_t bq = blocks.block_q(), bk = blocks.block_k();
+  const std::int64_t Tq = blocks.q_len(), Tk = blocks.kv_len();
+  std::int64_t tiles = 0;
+  for (std::int64_t b = 0; b < blocks.batches(); ++b) {
+    for (std::int64_t h = 0; h < blocks.heads(); ++h) {
+      for (std::int64_t qb = 0; qb < blocks.q_blocks(); ++qb) {
+        for (std::int64_t kb = 0; kb < blocks.k_blocks(); ++kb, ++tiles) {
+          const TileKind kind = blocks.kind(b, h, qb, kb);
+          if (kind == TileKind::partial) continue;
+          for (std::int64_t i = qb * bq; i < std::min(Tq, (qb + 1) * bq); ++i) {
+            for (std::int64_t j = kb * bk; j < std::min(Tk, (kb + 1) * bk); ++j) {
+              if (call.keep(b, h, i, j) != (kind == TileKind::full)) {
+                finding(c, "the block mask calls tile (b " + std::to_string(b) + ", h " +
+                               std::to_string(h) + ", q-block " + std::to_string(qb) +
+                               ", k-block " + std::to_string(kb) + ") " +
+                               (kind == TileKind::full ? "full" : "empty") + " but the mask mod " +
+                               (kind == TileKind::full ? "drops" : "keeps") + " (" +
+                               std::to_string(i) + ", " + std::to_string(j) + ")");
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  const std::int64_t counted = blocks.count(TileKind::empty) + blocks.count(TileKind::partial) +
+                               blocks.count(TileKind::full);
+  if (counted != tiles) {
+    finding(c, "the block mask counts " + std::to_string(counted) + " tiles of " +
+                   std::to_string(tiles));
+  }
+}
+
+// The gradient of a mods case's table, undefined without one.
+Tensor captured(const Results& r) {
+  return r.grads.captured.empty() ? Tensor() : r.grads.captured[0];
 }
 
 // The patterns, then the accuracy: the f64 reference is computed only when the fused results are
@@ -119,6 +199,7 @@ void check(const AttentionCase& c, const Results& fused, const Results& lo) {
       {"dk", fused.grads.dk, lo.grads.dk, {}, &slack.dk, &slack.dk_edge},
       {"dv", fused.grads.dv, lo.grads.dv, {}, &slack.dv, &slack.dv_edge},
       {"dbias", fused.grads.dbias, lo.grads.dbias, {}, &slack.dbias, &slack.dbias_edge},
+      {"captured", captured(fused), captured(lo), {}, &slack.captured, &slack.captured_edge},
   };
   bool close = true;
   for (const Versions& v : versions) {
@@ -129,9 +210,11 @@ void check(const AttentionCase& c, const Results& fused, const Results& lo) {
   if (close) return;
   const Results exact = c.dtype == DType::f64 ? lo : run_exact(c);
   if (exact.error) finding(c, "the f64 reference refuses the case: " + *exact.error);
+  const Tensor exact_captured = captured(exact);
   const Tensor* exact_tensors[] = {&exact.forward.out, &exact.forward.lse, &exact.grads.dq,
-                                   &exact.grads.dk,    &exact.grads.dv,    &exact.grads.dbias};
-  for (int t = 0; t < 6; ++t) {
+                                   &exact.grads.dk,    &exact.grads.dv,    &exact.grads.dbias,
+                                   &exact_captured};
+  for (int t = 0; t < 7; ++t) {
     Versions& v = versions[t];
     if (!v.fused.defined()) continue;
     v.exact = *exact_tensors[t];
@@ -157,17 +240,21 @@ int test_one(std::span<const std::uint8_t> bytes) {
     return 0;
   }
   const Results again = run(c, Backend::cpu, c.threads[1]);
+  const Tensor fused_captured = captured(fused), again_captured = captured(again);
   const std::pair<const char*, const Tensor*> tensors[] = {
-      {"out", &fused.forward.out}, {"lse", &fused.forward.lse}, {"dq", &fused.grads.dq},
-      {"dk", &fused.grads.dk},     {"dv", &fused.grads.dv},     {"dbias", &fused.grads.dbias}};
+      {"out", &fused.forward.out},  {"lse", &fused.forward.lse}, {"dq", &fused.grads.dq},
+      {"dk", &fused.grads.dk},      {"dv", &fused.grads.dv},     {"dbias", &fused.grads.dbias},
+      {"captured", &fused_captured}};
   const Tensor* others[] = {&again.forward.out, &again.forward.lse, &again.grads.dq,
-                            &again.grads.dk,    &again.grads.dv,    &again.grads.dbias};
-  for (int t = 0; t < 6; ++t) {
+                            &again.grads.dk,    &again.grads.dv,    &again.grads.dbias,
+                            &again_captured};
+  for (int t = 0; t < 7; ++t) {
     if (std::string why = check_bitwise(tensors[t].first, *tensors[t].second, *others[t]);
         !why.empty()) {
       finding(c, why);
     }
   }
+  if (c.mods) check_block_mask(c);
   check(c, fused, lo);
   return 0;
 }

@@ -47,6 +47,35 @@ void multiply(std::vector<double>& values, double factor) {
   for (double& x : values) x *= factor;
 }
 
+// P [B, Hq, Tq, Tk] in f64 from the reference: attention_weights with the case's options, or
+// flex_attention_weights with its mods.
+std::vector<double> mods_weights(const AttentionCase& c, const AttentionOptions& exact_options) {
+  const Tensor q = c.q.to(DType::f64), k = c.k.to(DType::f64);
+  if (!c.mods) return attention_weights(q, k, exact_options).to_vector();
+  FlexOptions flex;
+  flex.scale = exact_options.scale;
+  flex.backend = Backend::reference;
+  return c.mods->build(true).weights(q, k, flex).to_vector();
+}
+
+// The largest |s'| after the score mod's steps for scores of magnitude at most A.
+double mods_bound(const std::vector<ScoreStep>& steps, double A) {
+  for (const ScoreStep& step : steps) {
+    switch (step.kind) {
+      case ScoreStep::multiply:
+        A *= std::abs(step.value);
+        break;
+      case ScoreStep::cap:
+        A = std::min(A, 2 * step.value);
+        break;
+      case ScoreStep::add:
+        A += step.value;
+        break;
+    }
+  }
+  return A;
+}
+
 }  // namespace
 
 Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DType compute) {
@@ -57,8 +86,7 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
   exact_options.backend = Backend::reference;
   if (o.bias.defined()) exact_options.bias = o.bias.to(DType::f64);
   // P [B, Hq, Tq, Tk] before dropout, 0 where a key is dropped.
-  const std::vector<double> P =
-      attention_weights(c.q.to(DType::f64), c.k.to(DType::f64), exact_options).to_vector();
+  const std::vector<double> P = mods_weights(c, exact_options);
   const std::vector<double> q = c.q.to_vector(), k = c.k.to_vector(), v = c.v.to_vector();
   const std::vector<double> dout = c.dout.to_vector();
   const std::vector<double> out = forward.out.to_vector(), lse = forward.lse.to_vector();
@@ -75,6 +103,10 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
   m.dk.assign(B * Tk * Hk * D, 0.0);
   m.dv.assign(B * Tk * Hk * Dv, 0.0);
   m.dbias.assign(o.bias.defined() ? count(o.bias.shape()) : 0, 0.0);
+  const bool table = c.mods && c.mods->table.defined();
+  m.captured.assign(table ? count(c.mods->table.shape()) : 0, 0.0);
+  m.captured_edge.assign(m.captured.size(), 0);
+  const std::int64_t table_width = table ? c.mods->table.size(1) : 0;
   m.out_edge.assign(m.out.size(), 0);
   m.dq_edge.assign(m.dq.size(), 0);
   m.dk_edge.assign(m.dk.size(), 0);
@@ -91,6 +123,14 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
   const std::int64_t bias_terms =
       o.bias.defined() ? B * Hq * Tq * Tk / std::max<std::int64_t>(count(o.bias.shape()), 1) : 0;
   const double factor = slack_factor(terms, compute);
+  double mods_slope = 1;  // |ds'/ds| <= the product of the score mod's factors (caps: <= 1)
+  for (const ScoreStep& step : c.mods ? c.mods->steps : std::vector<ScoreStep>()) {
+    if (step.kind == ScoreStep::multiply) mods_slope *= std::abs(step.value);
+  }
+  // The table element pair (h, i, j) reads.
+  const auto cell = [&](std::int64_t h, std::int64_t i, std::int64_t j) {
+    return h * table_width + c.mods->buckets[static_cast<std::size_t>(j - i + Tq - 1)];
+  };
   // A P_ij below the smallest normal may come out as 0 or as a subnormal, whatever its exact
   // value (the fused kernel's exp returns 0 there): each kept pair may lose that much of P.
   const double lost_p = 2 * limits(compute).smallest_normal / factor;
@@ -118,6 +158,7 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
         }
         if (o.softcap > 0) A = std::min(A, 2 * o.softcap);
         A += bias_max + slope * static_cast<double>(Tq + Tk);
+        if (c.mods) A = mods_bound(c.mods->steps, A);
         const double row_lse = finite_abs(lse[(b * Hq + h) * Tq + i]);
         m.lse[(b * Hq + h) * Tq + i] = 1 + A + row_lse;
         // P_ij = exp(s_ij - lse_i): the rounding of s_ij (eps A) and of the difference (eps
@@ -166,13 +207,15 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
               m.dk_edge[kv * D + x] = 1;
             }
             if (!m.dbias.empty()) m.dbias_edge[bias_at(b, h, i, j)] = 1;
+            if (table) m.captured_edge[cell(h, i, j)] = 1;
           }
           const double ds = pr * (z * dp + delta);
           if (!m.dbias.empty()) m.dbias[bias_at(b, h, i, j)] += ds;
+          if (table) m.captured[cell(h, i, j)] += ds;
           // d(softcap)/ds = 1 - tanh^2, at least 1/64: both backends compute it as (1 - t)(1 +
           // t), but t itself carries an absolute error of ~eps, which the slope's own size would
           // not cover where it is tiny.
-          double slope_of_cap = 1;
+          double slope_of_cap = c.mods ? mods_slope : 1;
           if (o.softcap > 0 && std::isfinite(raw[j])) {
             const double t = std::tanh(raw[j] / o.softcap);
             slope_of_cap = std::max(1 - t * t, 1.0 / 64);
@@ -190,6 +233,8 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
     multiply(*magnitudes, factor);
   }
   multiply(m.dbias, slack_factor(terms + bias_terms, compute));
+  // An element of the table sums over up to B Tq Tk pairs.
+  multiply(m.captured, slack_factor(terms + B * Tq * Tk, compute));
   return m;
 }
 

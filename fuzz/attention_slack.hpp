@@ -26,16 +26,19 @@ namespace qkv::fuzz {
 // Each in the row-major order of its tensor: out [B, Tq, Hq, Dv], lse [B, Hq, Tq],
 // dq [B, Tq, Hq, D], dk [B, Tk, Hk, D], dv [B, Tk, Hk, Dv], dbias [the bias's shape].
 struct Slack {
-  std::vector<double> out, lse, dq, dk, dv, dbias;
+  // captured: a mods case's table [Hq, n] (empty without one).
+  std::vector<double> out, lse, dq, dk, dv, dbias, captured;
   // Where NaN and +-inf may trade places (1), in the same order: the entries that multiply an
   // infinity by a kept P_ij below the compute dtype's smallest normal, or that read such an
   // entry. Whether P_ij came out 0 (0 x inf = NaN) or tiny (inf) depends on how it was rounded:
   // the fused kernel's exp returns 0 below e^-87.7 where libm's returns subnormals, and its online
   // softmax multiplies v_j by exp(s_ij - m) with a running max m that may still be low, then the
   // sum by exp(m - m_new), so the underflow lands on another factor (docs/numerics.md).
-  std::vector<char> out_edge, dq_edge, dk_edge, dv_edge, dbias_edge;
+  std::vector<char> out_edge, dq_edge, dk_edge, dv_edge, dbias_edge, captured_edge;
 };
 
+// For a mods case, P comes from flex_attention_weights, |s_ij| is bounded through the score
+// mod's steps (ModsCase::steps: scaled, capped, offset) and ds'/ds by the product of its factors.
 // c: a valid case; forward: the reference's forward of it (its out and lse give the backward's
 // D_i and the size of lse); compute: the dtype the kernels computed in (f32, or f64 for f64
 // inputs).

@@ -38,6 +38,11 @@ DATA_SCALES = [1.0, 1.0, 0.25, 2.0, 4.0, 8.0, 1.0 / 64, 0.5]
 # special(): the kinds of value placed over the data.
 SPECIALS = ["nan", "inf", "-inf", "huge", "-huge", "subnormal", "-subnormal", "0", "-0", "32"]
 TARGETS = ["q", "k", "v", "dout", "bias"]
+# The tables of mods_case.cpp.
+MOD_BLOCKS = [1, 2, 3, 4, 7, 8, 16, 32, 64]
+MOD_FACTORS = [1.0, 0.5, -1.0, 2.0, 0.0, 3.0, -0.25, 8.0]
+MASK_LEAVES = ["full", "causal", "sliding_window", "key_lengths", "prefix_lm", "document",
+               "global_tokens", "longformer", "bigbird", "block_layout", "strided", "fixed"]
 INVALID_SHAPES = ["Hk not dividing Hq", "D = 0", "Dv = 0", "Hk = 0", "k batch", "v length",
                   "k head dim", "q 3-d", "k dtype", "q bool", "v heads", "Hq = 0"]
 
@@ -120,6 +125,8 @@ class Case:
         self.dropout = None  # (p of RATES or 1.0, seed, offset)
         self.outputs = None  # 6 layout bytes: out, lse, dq, dk, dv, dbias
         self.alias = False
+        self.mods = None  # a Mods: flex_attention with mods (mods_case.cpp)
+        self.expect = []  # lines the decoded case must print (--check)
         self.layouts = (0, 0, 0, 0)  # q, k, v, dout
         self.threads = (1, 1)
         self.seed = 1
@@ -160,7 +167,8 @@ class Case:
                  (self.key_lengths is not None) << 4 | (self.query_lengths is not None) << 5 |
                  (self.mask is not None) << 6 | (self.bias is not None) << 7)
         more = ((self.alibi is not None) | (self.softcap is not None) << 1 |
-                (self.dropout is not None) << 2 | (self.outputs is not None) << 3 | self.alias << 4)
+                (self.dropout is not None) << 2 | (self.outputs is not None) << 3 | self.alias << 4 |
+                (self.mods is not None) << 5)
         w.byte(flags)
         w.byte(more)
         if self.scale is not None:
@@ -227,6 +235,8 @@ class Case:
                 w.byte(layout)
         if self.alias:
             w.byte(128)
+        if self.mods is not None:
+            self.mods.encode(w, self)
 
         for layout in self.layouts:
             w.byte(layout)
@@ -241,6 +251,158 @@ class Case:
         """The first line the target prints for this case (QKV_FUZZ_VERBOSE=1)."""
         return (f"{self.dtype} B {self.B} Tq {self.Tq} Tk {self.Tk} Hq {self.Hq} Hk {self.Hk} "
                 f"D {self.D} Dv {self.Dv}")
+
+
+class Mods:
+    """The mods of a flex_attention case as mods_case.cpp draws them. mode: bit 0 the mask behind
+    a lambda, bit 1 a lambda score, bit 2 (bit 3) the block mask for one batch (head) where the
+    mods allow it, >= 248 a block mask made for Tq + 1. masks: the leaves, each (join, kind,
+    params) with join "&" or "|" (ignored for the first) and params the bytes' values in the order
+    _leaf() writes them. scores: ("alibi", slopes), ("softcap", cap or None for invalid),
+    ("table", Table); or lambda_score: (factor, cap or 0, slopes, Table or None)."""
+
+    def __init__(self, mode=0, masks=(), scores=(), lambda_score=None):
+        self.mode, self.masks, self.scores, self.lambda_score = mode, masks, scores, lambda_score
+
+    def encode(self, w, case):
+        w.byte(self.mode)
+        w.range(0, 3, len(self.masks))
+        for n, (join, kind, params) in enumerate(self.masks):
+            if n > 0:
+                w.byte(0 if join == "&" else 1)
+            w.byte(MASK_LEAVES.index(kind))
+            _leaf(w, case, kind, params)
+        if self.lambda_score is not None:
+            factor, cap, slopes, table = self.lambda_score
+            w.pick(MOD_FACTORS, factor)
+            if cap == 0:
+                w.byte(0)
+            else:
+                w.byte(128)
+                w.pick(CAPS, cap)
+            for slope in slopes:
+                w.pick(SLOPES, slope)
+            w.byte(0 if table is None else 128)
+            if table is not None:
+                table.encode(w)
+            return
+        w.range(0, 3, len(self.scores))
+        for kind, value in self.scores:
+            if kind == "alibi":
+                # Hq + 1 slopes: Hq of them, then the byte that adds one (refused).
+                assert len(value) in (case.Hq, case.Hq + 1)
+                w.byte(0)
+                for slope in value[:case.Hq]:
+                    w.pick(SLOPES, slope)
+                w.byte(255 if len(value) != case.Hq else 0)
+            elif kind == "softcap":
+                w.byte(1)
+                if value is None:
+                    w.byte(255)
+                else:
+                    w.byte(0)
+                    w.pick(CAPS, value)
+            else:
+                w.byte(2)
+                value.encode(w)
+
+
+class Table:
+    """draw_table(): n buckets, f64 or f32, values normal times scale from seed, clipped or
+    drawn buckets, invalid: one bucket past n."""
+
+    def __init__(self, n, f64=False, scale=1.0, seed=1, clipped=True, invalid=False):
+        self.n, self.f64, self.scale, self.seed = n, f64, scale, seed
+        self.clipped, self.invalid = clipped, invalid
+
+    def encode(self, w):
+        w.range(1, 40, self.n)
+        w.byte(160 if self.f64 else 0)
+        w.pick(MOD_FACTORS, self.scale)
+        w.bytes(self.seed, 2)
+        w.byte(0 if self.clipped else 128)
+        w.byte(255 if self.invalid else 0)
+
+
+def _side(w, case, side):
+    if side == -1:
+        w.byte(0)
+    elif side < -1:
+        w.byte(255)
+        w.byte(-2 - side)
+    else:
+        w.byte(64)
+        w.range(0, case.Tk + 2, side)
+
+
+def _per_batch(w, case, values, limit, invalid=False):
+    w.byte(200 if len(values) == 1 and case.B != 1 else 0)
+    for value in values:
+        w.range(0, limit, value)
+    w.byte(255 if invalid else 0)
+
+
+def _positions(w, case, positions):
+    w.range(0, 4, len(positions))
+    for x in positions:
+        w.range(0, max(case.Tq, case.Tk) + 1, x)
+
+
+def _leaf(w, case, kind, p):
+    """The bytes draw_leaf() reads after the kind for `kind` with parameters p (a dict)."""
+    T = max(case.Tq, case.Tk)
+    if kind == "causal":
+        align = p.get("align", "top_left")
+        if align == "top_left":
+            w.byte(0)
+        elif align == "bottom_right":
+            w.byte(128)
+        else:
+            w.byte(192)
+            w.range(-case.Tq - 2, case.Tk + 2, align)
+    elif kind == "sliding_window":
+        _side(w, case, p["left"])
+        _side(w, case, p["right"])
+        w.range(-8, 8, p.get("offset", 0))
+    elif kind == "key_lengths":
+        _per_batch(w, case, p["lengths"], case.Tk, p.get("invalid", False))
+    elif kind == "prefix_lm":
+        _per_batch(w, case, p["prefix"], T, p.get("invalid", False))
+    elif kind == "document":
+        rows = p.get("cuts", [[]])
+        w.byte(128 if len(rows) > 1 else 0)
+        w.byte(0)  # ids for max(Tq, Tk) positions
+        for cuts in rows:
+            w.range(0, 7, len(cuts))
+            for cut in cuts:
+                w.range(0, T, cut)
+        w.byte(0)
+        w.byte(254 if p.get("invalid", False) else 0)
+    elif kind == "global_tokens":
+        _positions(w, case, p["positions"])
+    elif kind == "longformer":
+        w.range(0, 70, p["window"])
+        _positions(w, case, p["positions"])
+    elif kind == "bigbird":
+        w.pick(MOD_BLOCKS, p["block"])
+        w.range(0, 5, p["window"])
+        w.range(0, 2, p["global"])
+        w.range(0, 3, p["random"])
+        w.bytes(p.get("seed", 0), 2)
+        w.byte(128 if p.get("per_head", False) else 0)
+    elif kind == "block_layout":
+        w.pick(MOD_BLOCKS, p["block"])
+        w.range(0, 1, p.get("extra_q", 0))
+        w.range(0, 1, p.get("extra_k", 0))
+        w.byte(p["density"])
+        w.bytes(p.get("seed", 0), 2)
+    elif kind == "strided":
+        w.range(0, 70, p["stride"])
+    elif kind == "fixed":
+        w.range(0, 70, p["block"])
+        w.range(0, 71, p["summary"])
+    else:
+        assert kind == "full", kind
 
 
 # A layout byte (make_view): permutation index + 24 * gaps (1 padded, 2 every other element of
@@ -371,6 +533,58 @@ def attention_cases():
              specials=[("q", 0, "32"), ("k", 0, "32"), ("k", 1, "0"), ("dout", 0, "-inf")]),
     ]
     cases += [Case(f"invalid-shapes-{n}", invalid_shapes=n) for n in range(len(INVALID_SHAPES))]
+    # flex_attention with mods: every leaf, & and |, the lambda paths, score chains with a
+    # table's gradient, the block mask for one batch or head, and what validation refuses.
+    cases += [
+        Case("mods-causal-and-document", B=2, Tq=70, Tk=70, D=8, Dv=8,
+             mods=Mods(masks=[("&", "causal", {}),
+                              ("&", "document", {"cuts": [[20, 45], [10]]})]),
+             expect=["mask mod of 2 leaves"]),
+        Case("mods-longformer-or-bigbird", Hk=2, Tq=90, Tk=130, D=4, Dv=4,
+             mods=Mods(mode=8, masks=[
+                 ("&", "longformer", {"window": 9, "positions": [0, 77]}),
+                 ("|", "bigbird", {"block": 16, "window": 1, "global": 1, "random": 2,
+                                   "seed": 7, "per_head": True})])),
+        Case("mods-lambda-strided-fixed", Tq=80, Tk=80, D=8, Dv=8,
+             mods=Mods(mode=1, masks=[("&", "strided", {"stride": 9}),
+                                      ("|", "fixed", {"block": 16, "summary": 3})])),
+        Case("mods-strided-or-fixed", Tq=130, Tk=66, D=4, Dv=4,
+             mods=Mods(masks=[("&", "strided", {"stride": 67}),
+                              ("|", "fixed", {"block": 10, "summary": 2})])),
+        Case("mods-prefix-lengths-window", B=3, Tq=40, Tk=66, D=8, Dv=8,
+             mods=Mods(masks=[("&", "prefix_lm", {"prefix": [5, 0, 66]}),
+                              ("&", "key_lengths", {"lengths": [66, 30, 1]}),
+                              ("|", "sliding_window", {"left": 3, "right": 2, "offset": 1})])),
+        Case("mods-causal-lower-right-global-layout", Tq=33, Tk=100, D=8, Dv=8,
+             mods=Mods(mode=4 + 8, masks=[
+                 ("&", "causal", {"align": "bottom_right"}),
+                 ("|", "global_tokens", {"positions": [3, 50]}),
+                 ("&", "block_layout", {"block": 7, "density": 200, "seed": 3})])),
+        Case("mods-alibi-softcap-table", Hk=1, group=2, Tq=50, Tk=70, D=16, Dv=8, data_scale=4.0,
+             mods=Mods(masks=[("&", "causal", {"align": 20})], scores=[
+                 ("alibi", [0.5, 0.0625]), ("softcap", 5.0), ("table", Table(9, scale=2.0))])),
+        Case("mods-table-f64-drawn-buckets-dropout", B=2, Tq=65, Tk=65, dropout=(0.25, 3, 4),
+             mods=Mods(masks=[("&", "sliding_window", {"left": 20, "right": 20})],
+                       scores=[("table", Table(32, f64=True, clipped=False, seed=11))])),
+        Case("mods-lambda-score-table", Hk=2, Tq=40, Tk=140, D=8, Dv=8, threads=(2, 3),
+             mods=Mods(mode=2, masks=[("&", "full", {})],
+                       lambda_score=(0.5, 30.0, [0.125, 1.0], Table(17, scale=0.5)))),
+        Case("mods-f64-lambda-everything", dtype="f64", B=2, Tq=30, Tk=45, D=8, Dv=8,
+             mods=Mods(mode=3, masks=[("&", "document", {"cuts": [[7], [30, 31]]}),
+                                      ("|", "causal", {"align": -3})],
+                       lambda_score=(-1.0, 0, [4.0], Table(5, f64=True)))),
+        Case("mods-decode-window", Tq=3, Tk=1025, D=4, Dv=4,
+             mods=Mods(masks=[("&", "sliding_window", {"left": 300, "right": 0})],
+                       scores=[("softcap", 20.0)])),
+        Case("mods-invalid-softcap", mods=Mods(scores=[("softcap", None)]),
+             expect=["softcap -1"]),
+        Case("mods-invalid-bucket", mods=Mods(scores=[("table", Table(3, invalid=True))])),
+        Case("mods-invalid-alibi-count", mods=Mods(scores=[("alibi", [0.5, 0.5])]),
+             expect=["alibi [0.5, 0.5]"]),
+        Case("mods-invalid-document", Tq=10, Tk=10,
+             mods=Mods(masks=[("&", "document", {"cuts": [[4]], "invalid": True})])),
+        Case("mods-invalid-block-mask-shape", mods=Mods(mode=248)),
+    ]
     return cases
 
 
@@ -463,6 +677,10 @@ def check(binary, cases, directory):
         if shape != case.shape_line():
             print(f"{case.name}: decoded as '{shape}', meant '{case.shape_line()}'")
             bad += 1
+        for line in case.expect + (["flex_attention"] if case.mods else []):
+            if not any(l.startswith(line) for l in lines):
+                print(f"{case.name}: decoded without a line '{line}...'")
+                bad += 1
     return bad
 
 

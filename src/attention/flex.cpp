@@ -152,8 +152,10 @@ AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& 
   attention::expect_tensor(out, "out", attention::out_shape(dims), q.dtype());
   attention::expect_tensor(lse, "lse", attention::lse_shape(dims), attention::lse_dtype(q.dtype()));
   const BlockMask blocks = blocks_for(block_mask, dims);
-  AttentionGrads grads{Tensor::zeros(q.shape(), q.dtype()), Tensor::zeros(k.shape(), k.dtype()),
-                       Tensor::zeros(v.shape(), v.dtype()), Tensor()};
+  AttentionGrads grads;
+  grads.dq = Tensor::zeros(q.shape(), q.dtype());
+  grads.dk = Tensor::zeros(k.shape(), k.dtype());
+  grads.dv = Tensor::zeros(v.shape(), v.dtype());
   if (q.dtype() == DType::f64) {
     backward_as<double>(dims, dout, q, k, v, out, lse, score, blocks, options, captured, grads);
   } else {

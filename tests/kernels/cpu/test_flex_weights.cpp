@@ -1,7 +1,7 @@
 // flex_attention_weights: P with any mods on the fused kernels, against the reference backend's
-// dense P (f64 to rounding, f32 within twice the f32 reference's error), against attention_weights for the mods that
-// equal built-in options, the runtime ScoreMod against the lambda bitwise, and the invariants: rows
-// sum to 1, exactly 0 where the mask drops, rows the mask empties all 0.
+// dense P (f64 to rounding, f32 within twice the f32 reference's error), against attention_weights
+// for the mods that equal built-in options, the runtime ScoreMod against the lambda bitwise, and
+// the invariants: rows sum to 1, exactly 0 where the mask drops, rows the mask empties all 0.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,7 +64,9 @@ TEST(FlexWeights, FusedEqualsTheReferenceWithEveryPattern) {
             for (std::int64_t j = 0; j < T; ++j) {
               const double p = got.at({b, h, i, j});
               const bool keep = bm.keep(bm.batches() == 1 ? 0 : b, bm.heads() == 1 ? 0 : h, i, j);
-              if (!keep) ASSERT_EQ(p, 0.0) << m << " " << b << " " << h << " " << i << " " << j;
+              if (!keep) {
+                ASSERT_EQ(p, 0.0) << m << " " << b << " " << h << " " << i << " " << j;
+              }
               any = any || keep;
               sum += p;
             }
