@@ -93,7 +93,7 @@ Var flex_attend(const Var& q, const Var& k, const Var& v, const AttentionCall& c
   flex.seed = options.seed;
   flex.offset = options.offset;
   const BlockMask blocks = create_block_mask(mask, q.size(0), q.size(2), q.size(1), k.size(1));
-  return ag::flex_attention(q, k, v, score, blocks, flex);
+  return ag::flex_attention(q, k, v, score, blocks, flex, call.score_tables);
 }
 
 }  // namespace

@@ -128,10 +128,7 @@ std::int64_t relative_position_bucket(std::int64_t relative_position, bool bidir
 RelativePositionBias::RelativePositionBias(std::int64_t num_buckets, std::int64_t max_distance,
                                            std::int64_t num_heads, bool bidirectional,
                                            Generator& generator, DType dtype)
-    : num_buckets_(num_buckets),
-      max_distance_(max_distance),
-      num_heads_(num_heads),
-      bidirectional_(bidirectional) {
+    : num_buckets_(num_buckets), max_distance_(max_distance), bidirectional_(bidirectional) {
   relative_position_bucket(0, bidirectional, num_buckets, max_distance);  // validates both
   if (num_heads <= 0) throw Error("num_heads", "> 0", std::to_string(num_heads));
   weight_ = Var(Tensor::randn({num_buckets, num_heads}, generator, dtype), true);
@@ -150,6 +147,22 @@ Var RelativePositionBias::forward(std::int64_t query_length, std::int64_t key_le
   // weight[bucket(j - i), h]: [Tq, Tk, H] -> [H, Tq, Tk]
   const Var table = ag::embedding(weight_, buckets, {query_length, key_length});
   return ag::permute(table, {2, 0, 1});
+}
+
+BiasScoreMod RelativePositionBias::score_mod(std::int64_t query_length,
+                                             std::int64_t key_length) const {
+  if (query_length < 0) throw Error("query_length", ">= 0", std::to_string(query_length));
+  if (key_length < 0) throw Error("key_length", ">= 0", std::to_string(key_length));
+  // buckets[o]: the bucket of offset j - i = o - (Tq - 1), o in [0, Tq + Tk - 1)
+  std::vector<std::int64_t> buckets(
+      static_cast<std::size_t>(std::max<std::int64_t>(query_length + key_length - 1, 0)));
+  for (std::size_t o = 0; o < buckets.size(); ++o) {
+    buckets[o] = relative_position_bucket(static_cast<std::int64_t>(o) - (query_length - 1),
+                                          bidirectional_, num_buckets_, max_distance_);
+  }
+  // table [H, num_buckets] = weight [num_buckets, H] transposed, the same memory
+  const Var table = ag::permute(weight_, {1, 0});
+  return {scores::relative_bias(Captured(table.value()), std::move(buckets)), table};
 }
 
 }  // namespace qkv::nn

@@ -1,6 +1,7 @@
 // Positions: sinusoidal table values, learned positions, RoPE (relative-position invariance,
 // norm preservation, gradients), ALiBi slopes from the paper, T5 buckets computed by hand, and
 // the learned relative bias's gradient through the attention primitive.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -167,6 +168,65 @@ TEST(T5Bias, LooksUpTheTableAndLearnsThroughThePrimitive) {
     return m.forward(Var(q), Var(kv), Var(kv), call).out;
   };
   expect_module_gradients("t5 relative bias table", rpb, f);
+}
+
+// The table read inside the fused kernel (score_mod, the flex backward's captured pass) against
+// the materialized bias through the attention primitive's dbias: the same output and the same
+// gradients of the table and of the attention's parameters, f64, causal and not, Tq != Tk; then
+// finite differences of the table through the flex path.
+TEST(T5Bias, ScoreModEqualsTheMaterializedBias) {
+  for (const bool causal : {false, true}) {
+    Generator gen(5);
+    nn::RelativePositionBias rpb(8, 16, 2, !causal, gen, DType::f64);
+    nn::MultiheadAttentionConfig c;
+    c.embed_dim = 8;
+    c.num_heads = 2;
+    c.dtype = DType::f64;
+    nn::MultiheadAttention m(c, gen);
+    const std::int64_t Tq = causal ? 7 : 6, Tk = causal ? 7 : 11;
+    const Tensor q = random({2, Tq, 8}, 11), kv = random({2, Tk, 8}, 12);
+    const Tensor r = random({2, Tq, 8}, 13);
+    const auto run = [&](bool flex) {
+      m.zero_grad();
+      rpb.zero_grad();
+      nn::AttentionCall call;
+      call.is_causal = causal;
+      nn::BiasScoreMod mod;
+      if (flex) {
+        mod = rpb.score_mod(Tq, Tk);
+        call.score_mod = mod.score_mod;
+        call.score_tables = {mod.table};
+      } else {
+        call.position_bias = rpb.forward(Tq, Tk);
+      }
+      const Var out = m.forward(Var(q), Var(kv), Var(kv), call).out;
+      ag::sum(out * Var(r)).backward();
+      std::vector<std::vector<double>> results = {out.value().to_vector(),
+                                                  rpb.weight().grad().to_vector()};
+      for (const auto& [name, p] : m.named_parameters()) results.push_back(p.grad().to_vector());
+      return results;
+    };
+    const auto flex = run(true), dense = run(false);
+    ASSERT_EQ(flex.size(), dense.size());
+    for (std::size_t n = 0; n < flex.size(); ++n) {
+      ASSERT_EQ(flex[n].size(), dense[n].size());
+      double worst = 0, largest = 0;
+      for (std::size_t e = 0; e < flex[n].size(); ++e) {
+        worst = std::max(worst, std::abs(flex[n][e] - dense[n][e]));
+        largest = std::max(largest, std::abs(dense[n][e]));
+      }
+      EXPECT_LE(worst, 1e-12 * std::max(largest, 1.0)) << "result " << n << " causal " << causal;
+    }
+    EXPECT_GT(std::abs(flex[1][0]) + std::abs(flex[1][1]), 0.0) << "the table learned nothing";
+    expect_module_gradients("t5 table through the score mod", rpb, [&] {
+      const nn::BiasScoreMod mod = rpb.score_mod(Tq, Tk);
+      nn::AttentionCall call;
+      call.is_causal = causal;
+      call.score_mod = mod.score_mod;
+      call.score_tables = {mod.table};
+      return m.forward(Var(q), Var(kv), Var(kv), call).out;
+    });
+  }
 }
 
 }  // namespace

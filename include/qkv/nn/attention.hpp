@@ -47,6 +47,9 @@ struct AttentionCall {
   // need_weights have no flex form and are refused.
   std::optional<MaskMod> mask_mod;
   std::optional<ScoreMod> score_mod;
+  // The Vars of score_mod's captured tensors, in its order (ScoreMod::captured()), so that they
+  // get gradients: a RelativePositionBias's table (its score_mod().table).
+  std::vector<Var> score_tables;
 };
 
 struct AttentionResult {

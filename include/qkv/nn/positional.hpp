@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "qkv/autograd/ops.hpp"
+#include "qkv/mod_values.hpp"
 #include "qkv/nn/module.hpp"
 
 namespace qkv::nn {
@@ -42,18 +43,31 @@ std::vector<double> alibi_slopes(std::int64_t num_heads);
 std::int64_t relative_position_bucket(std::int64_t relative_position, bool bidirectional,
                                       std::int64_t num_buckets, std::int64_t max_distance);
 
+// The flex form of a learned bias (RelativePositionBias::score_mod): a score mod that reads
+// `table` (qkv::scores::relative_bias), and the Var of that table for autograd (pass it in
+// AttentionCall::score_tables, or to ag::flex_attention's tables).
+struct BiasScoreMod {
+  ScoreMod score_mod;
+  Var table;
+};
+
 // T5's learned relative position bias: a table [num_buckets, num_heads] ("weight", N(0, 1)),
-// looked up by bucket. Its gradient flows through the attention primitive's dbias.
+// looked up by bucket. forward() materializes the bias, whose gradient flows through the attention
+// primitive's dbias; score_mod() reads the table inside the fused kernel instead, with no [H, Tq,
+// Tk] bias, and its gradient comes from the flex backward's captured pass.
 class RelativePositionBias : public Module {
  public:
   RelativePositionBias(std::int64_t num_buckets, std::int64_t max_distance, std::int64_t num_heads,
                        bool bidirectional, Generator& generator, DType dtype = DType::f32);
   // -> bias [H, Tq, Tk] for query positions 0..Tq-1 and key positions 0..Tk-1
   Var forward(std::int64_t query_length, std::int64_t key_length) const;
+  // The same bias as a score mod for Tq queries and Tk keys: s + weight[bucket(j - i), h], the
+  // table read through a [num_heads, num_buckets] view of weight (no copy).
+  BiasScoreMod score_mod(std::int64_t query_length, std::int64_t key_length) const;
   const Var& weight() const noexcept { return weight_; }
 
  private:
-  std::int64_t num_buckets_, max_distance_, num_heads_;
+  std::int64_t num_buckets_, max_distance_;
   bool bidirectional_;
   Var weight_;
 };
