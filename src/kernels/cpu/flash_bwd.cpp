@@ -21,6 +21,7 @@
 #include "kernels/block_view.hpp"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
+#include "kernels/cpu/large_buffer.hpp"
 #include "kernels/cpu/pack.hpp"
 #include "kernels/cpu/tile-inl.h"
 
@@ -347,9 +348,9 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   // lse as [B, Hq, Tq] side by side (the caller's may have any strides): a tile reads the rows
   // of its q-block together.
   auto lse = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all, 1)));
-  auto q_heads = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(q_elems, 1)));
-  auto dout_heads =
-      hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all * d.Dv, 1)));
+  const auto q_heads = allocate_large<T>(static_cast<size_t>(std::max<std::int64_t>(q_elems, 1)));
+  const auto dout_heads =
+      allocate_large<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all * d.Dv, 1)));
   const std::int64_t q_blocks = (d.Tq + kBq - 1) / kBq;
   std::vector<std::uint8_t> qo_finite(static_cast<size_t>(d.B * d.Hq * q_blocks));
 #pragma omp parallel for schedule(static)
@@ -377,9 +378,9 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   }
   Packed<T> packed;
   packed.tk_pad = round_up(d.Tk, kBk);
-  auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
-  auto vt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * packed.tk_pad));
-  auto kp = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
+  const auto kt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
+  const auto vt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * packed.tk_pad));
+  const auto kp = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
   const std::int64_t k_tiles = packed.tk_pad / kBk;
   std::vector<std::uint8_t> k_finite(static_cast<size_t>(d.B * d.Hk * k_tiles));
 #pragma omp parallel for schedule(static)
@@ -423,7 +424,7 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   const std::int64_t nb = shared_b ? 1 : d.B;
   const std::int64_t nh = shared_h ? 1 : d.Hk;
   // dQ partials, one [B, Hq, Tq, D] per chunk.
-  auto partials = hwy::AllocateAligned<T>(static_cast<size_t>(chunks * q_elems));
+  const auto partials = allocate_large<T>(static_cast<size_t>(chunks * q_elems));
   T* dq_base = partials.get();
   std::fill(dq_base, dq_base + chunks * q_elems, T(0));
 

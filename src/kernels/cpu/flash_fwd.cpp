@@ -20,6 +20,7 @@
 #include "kernels/cpu/decode.hpp"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
+#include "kernels/cpu/large_buffer.hpp"
 #include "kernels/cpu/pack.hpp"
 #include "kernels/cpu/softmax_state-inl.h"
 #include "kernels/cpu/tile-inl.h"
@@ -101,8 +102,8 @@ void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
   // K^T and V of every (b, k/v head) in tiles, shared by all q-blocks and all query heads of
   // the group: [B * Hk][tiles][D, kBk] and [B * Hk][tiles][kBk, Dv].
   const std::int64_t tk_pad = round_up(std::max<std::int64_t>(d.Tk, 1), kBk);
-  auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * tk_pad));
-  auto vt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * tk_pad));
+  const auto kt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.D * tk_pad));
+  const auto vt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * tk_pad));
   // Per (b, k/v head) and tile, whether V holds only finite numbers.
   const std::int64_t tiles = tk_pad / kBk;
   std::vector<std::uint8_t> v_finite(static_cast<size_t>(d.B * d.Hk * tiles));

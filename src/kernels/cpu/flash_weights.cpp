@@ -18,6 +18,7 @@
 #include "hwy/highway.h"
 #include "kernels/block_view.hpp"
 #include "kernels/cpu/gemm-inl.h"
+#include "kernels/cpu/large_buffer.hpp"
 #include "kernels/cpu/pack.hpp"
 #include "kernels/cpu/softmax_state-inl.h"
 #include "kernels/cpu/tile-inl.h"
@@ -83,7 +84,7 @@ template <class T, class ScoreMod, class MaskMod>
 void weights_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const WeightsOut<T>& w) {
   const Dims& d = p.dims;
   const std::int64_t tk_pad = round_up(std::max<std::int64_t>(d.Tk, 1), kBk);
-  auto kt = hwy::AllocateAligned<T>(static_cast<size_t>(d.B * d.Hk * d.D * tk_pad));
+  const auto kt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.D * tk_pad));
 #pragma omp parallel for schedule(static)
   for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
     pack_tiles_transposed(p.k.at(bh / d.Hk, 0, bh % d.Hk), p.k.row, d.Tk, d.D, kBk,
