@@ -21,6 +21,12 @@ void forward(const FwdParams<T, ScoreMod, MaskMod>& params);
 template <class T, class ScoreMod = BuiltinScore<T>, class MaskMod = BuiltinMask>
 void backward(const BwdParams<T, ScoreMod, MaskMod>& params);
 
+// s [n] <- cap tanh(s / cap) and, with grad (else null), grad [n] <- its derivative, as the fused
+// kernels soft-cap the built-in option (f64 lanes, each result rounded once): flex_attention's
+// scores::softcap, on rows of any length.
+void soft_cap(float cap, float* s, float* grad, std::int64_t n);
+void soft_cap(double cap, double* s, double* grad, std::int64_t n);
+
 // y[i] = exp(x[i]) for x[i] <= 0, with the kernels' own vectorized f32 exp (for its tests).
 void exp_softmax(const float* x, float* y, std::int64_t n);
 

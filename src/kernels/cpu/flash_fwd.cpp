@@ -163,6 +163,11 @@ void ExpSoftmaxF32(const float* x, float* y, std::int64_t n) {
   }
 }
 
+void SoftCapF32(float cap, float* s, float* grad, std::int64_t n) { soft_cap_n(cap, s, grad, n); }
+void SoftCapF64(double cap, double* s, double* grad, std::int64_t n) {
+  soft_cap_n(cap, s, grad, n);
+}
+
 void ForwardF32(const FwdParams<float>& p) { forward_tiled(p); }
 void ForwardF64(const FwdParams<double>& p) { forward_tiled(p); }
 void FlexForwardF32(const FlexFwdParams<float>& p) { forward_tiled(p); }
@@ -175,6 +180,8 @@ HWY_AFTER_NAMESPACE();
 namespace qkv::kernels::cpu {
 
 HWY_EXPORT(ExpSoftmaxF32);
+HWY_EXPORT(SoftCapF32);
+HWY_EXPORT(SoftCapF64);
 HWY_EXPORT(ForwardF32);
 HWY_EXPORT(ForwardF64);
 HWY_EXPORT(FlexForwardF32);
@@ -182,6 +189,13 @@ HWY_EXPORT(FlexForwardF64);
 
 void exp_softmax(const float* x, float* y, std::int64_t n) {
   HWY_DYNAMIC_DISPATCH(ExpSoftmaxF32)(x, y, n);
+}
+
+void soft_cap(float cap, float* s, float* grad, std::int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SoftCapF32)(cap, s, grad, n);
+}
+void soft_cap(double cap, double* s, double* grad, std::int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SoftCapF64)(cap, s, grad, n);
 }
 
 template <>

@@ -34,7 +34,8 @@ void mask_row(const M& mask, std::int64_t b, std::int64_t h, std::int64_t i, std
   std::fill(x + cols, x + kBk, value);
 }
 
-// s [kBk] <- c tanh(s / c) and, with grad, grad [kBk] <- its derivative 1 - tanh^2(s / c): what
+// s [n_end] <- c tanh(s / c) and, with grad, grad [n_end] <- its derivative 1 - tanh^2(s / c)
+// (n_end a multiple of dd's lanes): what
 // BuiltinScore::soft_cap computes (and why in double), in f64 lanes, each result rounded once to
 // T. With y = expm1(2 |x|), x = s / c: tanh |x| = y / (y + 2), and 1 - tanh^2 = (1 - tanh)(1 +
 // tanh) = 2 / (y + 2) * (1 + tanh), which keeps the derivative's digits where tanh is within an
@@ -42,9 +43,8 @@ void mask_row(const M& mask, std::int64_t b, std::int64_t h, std::int64_t i, std
 // as for an infinite score. NaN stays NaN. In lanes because the scalar mod per element (libm's
 // tanhf) took 3/4 of a soft-capped forward: T = 1024, D = 64, H = 8, one thread of the Zen 3 VM,
 // 142-157 ms against 31-34 without the cap; 59-62 ms with this.
-template <class T>
-void soft_cap_row(T cap, T* s, T* grad) {
-  const hn::ScalableTag<double> dd;
+template <class DD, class T>
+void soft_cap_lanes(DD dd, T cap, T* s, T* grad, std::int64_t n_end) {
   const hn::Rebind<T, decltype(dd)> dt;  // T lanes, as many as dd has
   const auto c = hn::Set(dd, static_cast<double>(cap));
   const auto inv_c = hn::Set(dd, 1.0 / static_cast<double>(cap));
@@ -58,7 +58,7 @@ void soft_cap_row(T cap, T* s, T* grad) {
   const auto one = hn::Set(dd, 1.0);
   const auto two = hn::Set(dd, 2.0);
   const auto limit = hn::Set(dd, 18.714973875);
-  for (std::int64_t n = 0; n < kBk; n += static_cast<std::int64_t>(hn::Lanes(dd))) {
+  for (std::int64_t n = 0; n < n_end; n += static_cast<std::int64_t>(hn::Lanes(dd))) {
     const auto x = [&] {
       if constexpr (sizeof(T) == 8) {
         return over_c(hn::LoadU(dd, s + n));
@@ -85,6 +85,25 @@ void soft_cap_row(T cap, T* s, T* grad) {
       }
     }
   }
+}
+
+// s [n] (and grad [n]) as soft_cap_lanes does them: whole vectors, then one lane at a time with
+// the same arithmetic, so an element comes out the same wherever it lies. flex_attention's
+// scores::softcap calls it through kernels::cpu::soft_cap on rows of any length.
+template <class T>
+void soft_cap_n(T cap, T* s, T* grad, std::int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(dd));
+  const std::int64_t bulk = n / L * L;
+  soft_cap_lanes(dd, cap, s, grad, bulk);
+  soft_cap_lanes(hn::CappedTag<double, 1>(), cap, s + bulk, grad == nullptr ? grad : grad + bulk,
+                 n - bulk);
+}
+
+// A tile row, s [kBk].
+template <class T>
+void soft_cap_row(T cap, T* s, T* grad) {
+  soft_cap_lanes(hn::ScalableTag<double>(), cap, s, grad, kBk);
 }
 
 // Row i of the score tile, s [kBk] with keys j0 + c, c < cols: s <- score_mod(s) and, with
