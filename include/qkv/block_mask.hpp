@@ -38,23 +38,7 @@ struct ErasedMask {
 template <class M, class T>
 void drop_row(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
               std::int64_t cols, T value, T* x) {
-  const M& m = *static_cast<const M*>(mod);
-  if constexpr (requires { m.drop_row(b, h, i, j0, cols, value, x); }) {
-    m.drop_row(b, h, i, j0, cols, value, x);
-  } else if constexpr (masks::HasKeys<M>) {
-    // The kept keys are one interval: fill what lies before and after it (a compare per key
-    // took 5.6% of a sliding-window forward, T = 8192, one thread of the Zen 3 VM).
-    const KeyRange r = intersect(m.keys(b, h, i), {j0, j0 + cols});
-    if (r.empty()) {
-      std::fill(x, x + cols, value);
-    } else {
-      std::fill(x, x + (r.lo - j0), value);
-      std::fill(x + (r.hi - j0), x + cols, value);
-    }
-  } else {
-    // A select, not a branch, so that a simple mod vectorizes.
-    for (std::int64_t c = 0; c < cols; ++c) x[c] = m(b, h, i, j0 + c) ? x[c] : value;
-  }
+  masks::drop_keys(*static_cast<const M*>(mod), b, h, i, j0, cols, value, x);
 }
 
 template <class M>

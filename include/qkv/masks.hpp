@@ -74,6 +74,28 @@ concept HasClassifyRow = requires(const M& m, std::int64_t x, const TileKind* on
   m.classify_row(x, x, x, x, x, x, only, k);
 };
 
+// x[c] <- value for c < cols where m drops key j0 + c of row i, by the fastest route m has: its
+// own drop_row (And, Or, GlobalTokens, Strided), its key interval (a fill before and after it: a
+// compare per key took 5.6% of a sliding-window forward, T = 8192, one thread of the Zen 3 VM),
+// else a select per key, which vectorizes for a simple mod.
+template <class M, class T>
+void drop_keys(const M& m, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+               std::int64_t cols, T value, T* x) {
+  if constexpr (requires { m.drop_row(b, h, i, j0, cols, value, x); }) {
+    m.drop_row(b, h, i, j0, cols, value, x);
+  } else if constexpr (HasKeys<M>) {
+    const KeyRange r = intersect(m.keys(b, h, i), {j0, j0 + cols});
+    if (r.empty()) {
+      std::fill(x, x + cols, value);
+    } else {
+      std::fill(x, x + (r.lo - j0), value);
+      std::fill(x + (r.hi - j0), x + cols, value);
+    }
+  } else {
+    for (std::int64_t c = 0; c < cols; ++c) x[c] = m(b, h, i, j0 + c) ? x[c] : value;
+  }
+}
+
 // The kind of a tile by evaluating the mod on every element (stops once it saw both).
 template <class M>
 TileKind tile_by_elements(const M& m, std::int64_t b, std::int64_t h, std::int64_t i0,
@@ -176,6 +198,13 @@ struct And {
       classify_parts(*this, first, second, true, n, h, i0, i1, Tk, bk, only, kinds);
     }
   }
+  // Each part drops its keys (with both intervals, keys() above serves instead).
+  template <class T>
+  void drop_row(std::int64_t n, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t cols,
+                T value, T* x) const requires(!(HasKeys<A> && HasKeys<B>)) {
+    drop_keys(first, n, h, i, j0, cols, value, x);
+    drop_keys(second, n, h, i, j0, cols, value, x);
+  }
 };
 
 // Keep where either keeps.
@@ -189,6 +218,26 @@ struct Or {
   void classify_row(std::int64_t n, std::int64_t h, std::int64_t i0, std::int64_t i1,
                     std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const {
     classify_parts(*this, first, second, false, n, h, i0, i1, Tk, bk, only, kinds);
+  }
+  // Each part's keep flags for a chunk of the row (1 kept, 0 dropped) by its own route, then x
+  // dropped where neither keeps (per key through operator(), Longformer's band | globals took a
+  // third of its forward's partial tiles).
+  template <class T>
+  void drop_row(std::int64_t n, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t cols,
+                T value, T* x) const {
+    constexpr std::int64_t kChunk = 64;  // the kernels' rows of keys (TileTraits::kBlockK)
+    T kept_first[kChunk], kept_second[kChunk];
+    for (std::int64_t c0 = 0; c0 < cols; c0 += kChunk) {
+      const std::int64_t len = std::min(kChunk, cols - c0);
+      std::fill_n(kept_first, len, T(1));
+      std::fill_n(kept_second, len, T(1));
+      drop_keys(first, n, h, i, j0 + c0, len, T(0), kept_first);
+      drop_keys(second, n, h, i, j0 + c0, len, T(0), kept_second);
+      T* row = x + c0;
+      for (std::int64_t c = 0; c < len; ++c) {
+        row[c] = kept_first[c] != T(0) || kept_second[c] != T(0) ? row[c] : value;
+      }
+    }
   }
 };
 
@@ -307,6 +356,21 @@ struct GlobalTokens {
   }
   void classify_row(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
                     std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const;
+  // A global row keeps every key; any other keeps the global keys: j where count steps up, read
+  // from the table in order.
+  template <class T>
+  void drop_row(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j0, std::int64_t cols,
+                T value, T* x) const {
+    if (global(i)) return;
+    const std::int64_t* c = count->data();
+    // below(n) is constant past the table's last entry: no global key at or after it.
+    const std::int64_t last = static_cast<std::int64_t>(count->size()) - 1;
+    const std::int64_t hi = std::clamp<std::int64_t>(last - j0, 0, cols);
+    const std::int64_t lo = std::clamp<std::int64_t>(-j0, 0, hi);  // keys before 0: none
+    std::fill(x, x + lo, value);
+    for (std::int64_t k = lo; k < hi; ++k) x[k] = c[j0 + k + 1] > c[j0 + k] ? x[k] : value;
+    std::fill(x + hi, x + cols, value);
+  }
 };
 GlobalTokens global_tokens(std::vector<std::int64_t> positions);
 
