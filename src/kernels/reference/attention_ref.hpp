@@ -211,12 +211,17 @@ void attention_bwd_ref(const BwdParams<T, ScoreMod, MaskMod>& p) {
           // and to what the mod captured: d captured += ds * ds'/d captured
           if (p.captured > 0) captured_row(p.score_mod, b, h, i, j, 1, &raw, &ds, sink);
           const T draw = ds * p.score_mod(Dual<T>{raw, T(1)}, b, h, i, j).d;
+          // ds/dk = scale q_i, rounded as the forward rounded it; dq = scale (sum_j ds_j k_j),
+          // the scale applied once to the row's sum. As the fused kernels associate them: scale
+          // (ds q) would give inf where a subnormal scale q_i is 0 against an infinite ds_ij (0 x
+          // inf is NaN), found by the fuzzer (f64, scale 2.8e-317, q 8e-320).
           T* dkj = p.dk.at(b, j, hk);
           for (std::int64_t c = 0; c < d.D; ++c) {
-            dqi[c] += p.scale * draw * kj[c];
-            dkj[c] += p.scale * draw * qi[c];
+            dqi[c] += draw * kj[c];
+            dkj[c] += draw * (p.scale * qi[c]);
           }
         }
+        for (std::int64_t c = 0; c < d.D; ++c) dqi[c] *= p.scale;
       }
     }
   }
