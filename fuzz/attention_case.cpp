@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "case_text.hpp"
 #include "dtype_limits.hpp"
 #include "qkv/philox.hpp"
 
@@ -47,22 +48,6 @@ std::int64_t draw_size(ByteReader& in, std::span<const std::int64_t> edges, std:
   if (kind < 200) return edges[in.range(0, static_cast<std::int64_t>(edges.size()) - 1)];
   if (kind < 248) return in.range(1, large);
   return 0;
-}
-
-std::string list(const std::vector<std::int64_t>& values) {
-  std::ostringstream text;
-  text << '[';
-  for (std::size_t i = 0; i < values.size(); ++i) text << (i ? ", " : "") << values[i];
-  text << ']';
-  return text.str();
-}
-
-std::string list(const std::vector<double>& values) {
-  std::ostringstream text;
-  text << '[';
-  for (std::size_t i = 0; i < values.size(); ++i) text << (i ? ", " : "") << values[i];
-  text << ']';
-  return text.str();
 }
 
 std::int64_t numel(const Shape& shape) {

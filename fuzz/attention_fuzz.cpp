@@ -53,17 +53,6 @@ struct Results {
   std::optional<std::string> error;
 };
 
-// The options of a mods case as flex_attention takes them.
-FlexOptions flex_options(const AttentionOptions& o, Backend backend) {
-  FlexOptions flex;
-  flex.scale = o.scale;
-  flex.dropout_p = o.dropout_p;
-  flex.seed = o.seed;
-  flex.offset = o.offset;
-  flex.backend = backend;
-  return flex;
-}
-
 // q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv], dout [B, Tq, Hq, Dv] (or what the case
 // made invalid): the forward, then the backward on its out and lse, on `threads` threads, into
 // the case's output layouts when it has them.

@@ -52,10 +52,9 @@ void multiply(std::vector<double>& values, double factor) {
 std::vector<double> mods_weights(const AttentionCase& c, const AttentionOptions& exact_options) {
   const Tensor q = c.q.to(DType::f64), k = c.k.to(DType::f64);
   if (!c.mods) return attention_weights(q, k, exact_options).to_vector();
-  FlexOptions flex;
-  flex.scale = exact_options.scale;
-  flex.backend = Backend::reference;
-  return c.mods->build(true).weights(q, k, flex).to_vector();
+  return c.mods->build(true)
+      .weights(q, k, flex_options(exact_options, Backend::reference))
+      .to_vector();
 }
 
 // The largest |s'| after the score mod's steps for scores of magnitude at most A.

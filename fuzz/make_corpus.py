@@ -180,14 +180,7 @@ class Case:
                 w.pick(SCALES, self.scale)
         if self.window is not None:
             for side in self.window:
-                if side == -1:
-                    w.byte(0)
-                elif side < -1:
-                    w.byte(255)
-                    w.byte(-2 - side)
-                else:
-                    w.byte(64)
-                    w.range(0, self.Tk + 2, side)
+                _side(w, self, side)
         for lengths, limit in ((self.key_lengths, self.Tk), (self.query_lengths, self.Tq)):
             if lengths is None:
                 continue
@@ -325,6 +318,7 @@ class Table:
 
 
 def _side(w, case, side):
+    """A window side as draw_window_side() and side() read it: -1 open, -2 or less refused."""
     if side == -1:
         w.byte(0)
     elif side < -1:

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <utility>
 
+#include "case_text.hpp"
 #include "qkv/captured.hpp"
 #include "qkv/dual.hpp"
 #include "qkv/masks.hpp"
@@ -19,14 +20,6 @@ constexpr std::int64_t kBlocks[] = {1, 2, 3, 4, 7, 8, 16, 32, 64};
 constexpr double kSlopes[] = {0.0, 0.5, -0.25, 1.0, 0.0625, 4.0, 1e-3, 0.125};
 constexpr double kCaps[] = {1.0, 5.0, 30.0, 50.0, 0.5, 1000.0, 20.0, 2.0};
 constexpr double kFactors[] = {1.0, 0.5, -1.0, 2.0, 0.0, 3.0, -0.25, 8.0};
-
-std::string list(const std::vector<std::int64_t>& values) {
-  std::ostringstream text;
-  text << '[';
-  for (std::size_t i = 0; i < values.size(); ++i) text << (i ? ", " : "") << values[i];
-  text << ']';
-  return text.str();
-}
 
 // A mask leaf as a function of the problem's sizes, so that the tree is made when the case is
 // run (an invalid argument then throws where the user's call would).
@@ -345,9 +338,7 @@ class ModsBuilder {
           double largest = 0;
           for (const double x : s) largest = std::max(largest, std::abs(x));
           c_.steps.push_back({ScoreStep::add, largest * static_cast<double>(Tq_ + Tk_)});
-          std::ostringstream text;
-          for (std::size_t h = 0; h < s.size(); ++h) text << (h ? ", " : "") << s[h];
-          note() << "alibi [" << text.str() << "]";
+          note() << "alibi " << list(s);
           chain.emplace_back([s](const std::vector<Captured>&) { return scores::alibi(s); });
           break;
         }
@@ -394,6 +385,16 @@ class ModsBuilder {
 };
 
 }  // namespace
+
+FlexOptions flex_options(const AttentionOptions& o, Backend backend) {
+  FlexOptions flex;
+  flex.scale = o.scale;
+  flex.dropout_p = o.dropout_p;
+  flex.seed = o.seed;
+  flex.offset = o.offset;
+  flex.backend = backend;
+  return flex;
+}
 
 ModsCase draw_mods(ByteReader& in, std::int64_t B, std::int64_t Hq, std::int64_t Tq,
                    std::int64_t Tk) {

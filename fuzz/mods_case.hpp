@@ -57,6 +57,9 @@ struct ModsCase {
   std::string description;
 };
 
+// The options of a mods case as flex_attention takes them: scale and dropout of o.
+FlexOptions flex_options(const AttentionOptions& o, Backend backend);
+
 // B, Hq, Tq, Tk: the case's sizes (before any shape was made invalid).
 ModsCase draw_mods(ByteReader& in, std::int64_t B, std::int64_t Hq, std::int64_t Tq,
                    std::int64_t Tk);

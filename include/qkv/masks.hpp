@@ -96,6 +96,27 @@ void drop_keys(const M& m, std::int64_t b, std::int64_t h, std::int64_t i, std::
   }
 }
 
+// The drop of an or of two parts: x[c] <- value for c < cols where neither part keeps key j0 + c.
+// drop_first(j, len, kept) and drop_second set kept[c] to 0 where their part drops key j + c
+// (kept arrives all 1), for chunks of at most 64 keys (the kernels' rows of keys).
+template <class T, class DropFirst, class DropSecond>
+void drop_unless_either(std::int64_t j0, std::int64_t cols, T value, T* x, DropFirst drop_first,
+                        DropSecond drop_second) {
+  constexpr std::int64_t kChunk = 64;
+  T kept_first[kChunk], kept_second[kChunk];
+  for (std::int64_t c0 = 0; c0 < cols; c0 += kChunk) {
+    const std::int64_t len = std::min(kChunk, cols - c0);
+    std::fill_n(kept_first, len, T(1));
+    std::fill_n(kept_second, len, T(1));
+    drop_first(j0 + c0, len, kept_first);
+    drop_second(j0 + c0, len, kept_second);
+    T* row = x + c0;
+    for (std::int64_t c = 0; c < len; ++c) {
+      row[c] = kept_first[c] != T(0) || kept_second[c] != T(0) ? row[c] : value;
+    }
+  }
+}
+
 // The kind of a tile by evaluating the mod on every element (stops once it saw both).
 template <class M>
 TileKind tile_by_elements(const M& m, std::int64_t b, std::int64_t h, std::int64_t i0,
@@ -219,25 +240,19 @@ struct Or {
                     std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const {
     classify_parts(*this, first, second, false, n, h, i0, i1, Tk, bk, only, kinds);
   }
-  // Each part's keep flags for a chunk of the row (1 kept, 0 dropped) by its own route, then x
-  // dropped where neither keeps (per key through operator(), Longformer's band | globals took a
-  // third of its forward's partial tiles).
+  // Where neither part keeps (drop_unless_either), each part by its own route (per key through
+  // operator(), Longformer's band | globals took a third of its forward's partial tiles).
   template <class T>
   void drop_row(std::int64_t n, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t cols,
                 T value, T* x) const {
-    constexpr std::int64_t kChunk = 64;  // the kernels' rows of keys (TileTraits::kBlockK)
-    T kept_first[kChunk], kept_second[kChunk];
-    for (std::int64_t c0 = 0; c0 < cols; c0 += kChunk) {
-      const std::int64_t len = std::min(kChunk, cols - c0);
-      std::fill_n(kept_first, len, T(1));
-      std::fill_n(kept_second, len, T(1));
-      drop_keys(first, n, h, i, j0 + c0, len, T(0), kept_first);
-      drop_keys(second, n, h, i, j0 + c0, len, T(0), kept_second);
-      T* row = x + c0;
-      for (std::int64_t c = 0; c < len; ++c) {
-        row[c] = kept_first[c] != T(0) || kept_second[c] != T(0) ? row[c] : value;
-      }
-    }
+    drop_unless_either(
+        j0, cols, value, x,
+        [&](std::int64_t j, std::int64_t len, T* kept) {
+          drop_keys(first, n, h, i, j, len, T(0), kept);
+        },
+        [&](std::int64_t j, std::int64_t len, T* kept) {
+          drop_keys(second, n, h, i, j, len, T(0), kept);
+        });
   }
 };
 

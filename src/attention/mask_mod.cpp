@@ -190,8 +190,7 @@ class Branch final : public Node {
   }
 
  private:
-  // And: each part drops its keys. Or: each part's keep flags for a chunk of the row (1 kept, 0
-  // dropped), and x dropped where neither keeps.
+  // And: each part drops its keys. Or: x dropped where neither keeps (masks::drop_unless_either).
   template <class T>
   void drop(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t cols,
             T value, T* x) const {
@@ -200,19 +199,14 @@ class Branch final : public Node {
       second_->drop_row(b, h, i, j0, cols, value, x);
       return;
     }
-    constexpr std::int64_t kChunk = 64;  // the kernels' rows of keys (TileTraits::kBlockK)
-    T kept_first[kChunk], kept_second[kChunk];
-    for (std::int64_t c0 = 0; c0 < cols; c0 += kChunk) {
-      const std::int64_t n = std::min(kChunk, cols - c0);
-      std::fill_n(kept_first, n, T(1));
-      std::fill_n(kept_second, n, T(1));
-      first_->drop_row(b, h, i, j0 + c0, n, T(0), kept_first);
-      second_->drop_row(b, h, i, j0 + c0, n, T(0), kept_second);
-      T* row = x + c0;
-      for (std::int64_t c = 0; c < n; ++c) {
-        row[c] = kept_first[c] != T(0) || kept_second[c] != T(0) ? row[c] : value;
-      }
-    }
+    masks::drop_unless_either(
+        j0, cols, value, x,
+        [&](std::int64_t j, std::int64_t len, T* kept) {
+          first_->drop_row(b, h, i, j, len, T(0), kept);
+        },
+        [&](std::int64_t j, std::int64_t len, T* kept) {
+          second_->drop_row(b, h, i, j, len, T(0), kept);
+        });
   }
 
   bool conjunction_;
