@@ -191,6 +191,7 @@ void Workload::run() {
 }
 
 bool reset_peak_rss() noexcept {
+  release_cached_memory();  // the kernels' pooled scratch of earlier rows
 #if defined(__GLIBC__)
   // glibc keeps freed memory of earlier rows in its heap (its mmap threshold grows after big
   // frees), which would count as this row's RSS; hand it back first.

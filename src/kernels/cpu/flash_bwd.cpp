@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -22,7 +23,8 @@
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
 #include "kernels/cpu/large_buffer.hpp"
-#include "kernels/cpu/pack.hpp"
+#include "kernels/cpu/pack-inl.h"
+#include "kernels/cpu/pack_once.hpp"
 #include "kernels/cpu/tile-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -48,13 +50,16 @@ struct BackwardScratch {
 };
 
 // Packed operands shared by all items, for every (b, k/v head), in tiles of kBk keys so that no
-// product strides across pages or cache sets (see pack.hpp): K^T and V^T ([D or Dv, kBk] per
+// product strides across pages or cache sets (see pack-inl.h): K^T and V^T ([D or Dv, kBk] per
 // tile) for the scores and dP, and K ([kBk, D] per tile) for dQ. head_stride = tk_pad. And Q and
 // dO head by head, [B, Hq, Tq, D or Dv], so that a q-block's rows are contiguous. And whether
 // they hold only finite numbers: per (b, k/v head, k-block) for K, per (b, head, q-block of kBq
 // rows) for Q and dO together.
 template <class T>
 struct Packed {
+  // Packs the K^T, K and V^T tiles of k-block kb of k/v head `head` unless they are
+  // (pack_once.hpp): each by the item that owns the k-block, or before it by inverse_row_sums.
+  std::function<void(std::int64_t head, std::int64_t kb)> ensure;
   std::int64_t tk_pad = 0;
   const T* kt = nullptr;
   const T* vt = nullptr;
@@ -66,6 +71,23 @@ struct Packed {
   std::int64_t q_blocks = 0;
   // With soft-capping: 1 / sum_j P_ij per row [B, Hq, Tq] (inverse_row_sums).
   const T* inv_sigma = nullptr;
+};
+
+// One key chunk's share of dQ: the rows [row_lo, row_lo + rows) of every (b, head) that the
+// chunk's tiles reach, [B * Hq, rows, D] at data (rows is 0 where the mask leaves the chunk no
+// tile). Under a sparse mask a chunk reaches few rows: a window's chunk of 1024 keys, about 1300
+// (T = 8192, 8 chunks), so the partials hold about 1.3x dQ, not 8x, and zeroing and summing them
+// costs as much less (they were 25% of a window's backward, perf, 2 threads, AMD EPYC Zen 3).
+template <class T>
+struct DqPart {
+  T* data = nullptr;
+  std::int64_t row_lo = 0;
+  std::int64_t rows = 0;
+  // Row i (inside the range) of head bh = b * Hq + h.
+  T* at(std::int64_t bh, std::int64_t i, std::int64_t dim) const {
+    return data + (bh * rows + i - row_lo) * dim;
+  }
+  bool holds(std::int64_t i) const { return i >= row_lo && i < row_lo + rows; }
 };
 
 // dSij = P_ij (dP_ij - D_i) subtracts D_i = dO_i . O_i from dP_ij = z_ij dO_i . v_j, two dot
@@ -142,13 +164,14 @@ void tile_scores(const Dims& d, const Packed<T>& packed, std::int64_t head, std:
 }
 
 // One tile: rows [i0, i0 + rows) of head h against keys [j0, j0 + cols) of k/v head hk.
-// Accumulates into scratch.dk / scratch.dv (this k-block), dq_part ([B, Hq, Tq, D], like
-// packed.q), p.dbias and sink (the captured tensors' gradients); lse and delta [B, Hq, Tq].
+// Accumulates into scratch.dk / scratch.dv (this k-block), dq_part (the rows of its chunk),
+// p.dbias and sink (the captured tensors' gradients); lse and delta [B, Hq, Tq].
 template <class T, class ScoreMod, class MaskMod>
 void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
                    const T* delta, std::int64_t b, std::int64_t h, std::int64_t i0,
                    std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
-                   BackwardScratch<T>& scratch, T* dq_part, const detail::CaptureSink<T>& sink) {
+                   BackwardScratch<T>& scratch, const DqPart<T>& dq_part,
+                   const detail::CaptureSink<T>& sink) {
   const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
   const std::int64_t head = b * d.Hk + hk;
@@ -235,11 +258,12 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
     if (slope) row_mul(dp, grad + r * kBk);
   }
   // dQ += dS K (times the scale, applied once to the sum of the partials); dK += dS^T (scale Q)
-  if (keys_finite) gemm(rows, d.D, cols, dP, kBk, k, d.D, dq_part + row0 * d.D, d.D, true);
+  T* dq = dq_part.at(b * d.Hq + h, i0, d.D);
+  if (keys_finite) gemm(rows, d.D, cols, dP, kBk, k, d.D, dq, d.D, true);
   if (rows_finite) gemm<false, true>(cols, d.D, rows, dP, kBk, q, d.D, scratch.dk.get(), d.D, true);
   if (!rows_finite || !keys_finite) {
     products_kept(p, b, h, i0, rows, j0, cols, kind, lse_row, rows_finite, keys_finite, PZ, dP, q,
-                  dob, k, dq_part + row0 * d.D, scratch.dk.get(), scratch.dv.get());
+                  dob, k, dq, scratch.dk.get(), scratch.dv.get());
   }
 }
 
@@ -280,6 +304,7 @@ void inverse_row_sums(const FwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>&
         const std::int64_t cols = std::min(kBk, d.Tk - j0);
         const TileKind kind = blocks.kind(b, h, i0 / kBq, kb);
         if (kind == TileKind::empty) continue;
+        packed.ensure(head, kb);
         tile_scores(d, packed, head, row0, rows, j0, cols, tile.get());
         score_tile(p, b, h, i0, rows, j0, cols, &kind, tile.get(), static_cast<T*>(nullptr));
         for (std::int64_t r = 0; r < rows; ++r) {
@@ -294,16 +319,20 @@ void inverse_row_sums(const FwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>&
 }
 
 // Work item: keys of k-blocks [kb_lo, kb_hi) for batches [b_lo, b_hi) and k/v heads
-// [hk_lo, hk_hi).
+// [hk_lo, hk_hi), which own the rows of dq_part of those batches and heads (zeroed here).
 template <class T, class ScoreMod, class MaskMod>
 void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
                    const T* delta, std::int64_t b_lo, std::int64_t b_hi, std::int64_t hk_lo,
                    std::int64_t hk_hi, std::int64_t kb_lo, std::int64_t kb_hi,
-                   BackwardScratch<T>& scratch, T* dq_part, const detail::CaptureSink<T>& sink) {
+                   BackwardScratch<T>& scratch, const DqPart<T>& dq_part,
+                   const detail::CaptureSink<T>& sink) {
   const Dims& d = p.dims;
   const BlockView blocks(p.blocks);
   for (std::int64_t b = b_lo; b < b_hi; ++b) {
     for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+      // This item's rows of the chunk's dQ partial: the query heads of (b, hk).
+      T* dq_rows = dq_part.at(b * d.Hq + hk * d.group(), dq_part.row_lo, d.D);
+      std::fill(dq_rows, dq_rows + d.group() * dq_part.rows * d.D, T(0));
       for (std::int64_t kb = kb_lo; kb < kb_hi; ++kb) {
         const std::int64_t j0 = kb * kBk;
         const std::int64_t cols = std::min(kBk, d.Tk - j0);
@@ -317,6 +346,7 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
             const std::int64_t i0 = qb * kBq;
             const std::int64_t rows = std::min({kBq, d.Tq - i0, row_limit(p.mask_mod, b) - i0});
             if (rows <= 0) continue;
+            packed.ensure(b * d.Hk + hk, kb);
             backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch, dq_part,
                           sink);
           }
@@ -383,20 +413,19 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   const auto kp = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
   const std::int64_t k_tiles = packed.tk_pad / kBk;
   std::vector<std::uint8_t> k_finite(static_cast<size_t>(d.B * d.Hk * k_tiles));
-#pragma omp parallel for schedule(static)
-  for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
-    const std::int64_t b = bh / d.Hk;
-    const std::int64_t hk = bh % d.Hk;
-    const T* k_head = p.k.at(b, 0, hk);
-    pack_tiles_transposed(k_head, p.k.row, d.Tk, d.D, kBk, kt.get() + bh * d.D * packed.tk_pad);
-    T* k_tiles_of_head = kp.get() + bh * d.D * packed.tk_pad;
-    pack_tiles(k_head, p.k.row, d.Tk, d.D, kBk, k_tiles_of_head);
-    for (std::int64_t t = 0; t < k_tiles; ++t) {
-      k_finite[bh * k_tiles + t] = all_finite(k_tiles_of_head + t * kBk * d.D, kBk * d.D);
-    }
-    pack_tiles_transposed(p.v.at(b, 0, hk), p.v.row, d.Tk, d.Dv, kBk,
-                          vt.get() + bh * d.Dv * packed.tk_pad);
-  }
+  const PackOnce once(d.B * d.Hk * k_tiles);
+  packed.ensure = [&](std::int64_t head, std::int64_t kb) {
+    once.ensure(head * k_tiles + kb, [&] {
+      const std::int64_t b = head / d.Hk, hk = head % d.Hk, j0 = kb * kBk;
+      const std::int64_t n = std::min(kBk, d.Tk - j0);
+      const std::int64_t tile = head * k_tiles + kb;
+      pack_transposed(p.k.at(b, j0, hk), p.k.row, n, d.D, kBk, kt.get() + tile * kBk * d.D);
+      T* k_rows = kp.get() + tile * kBk * d.D;
+      pack_rows(p.k.at(b, j0, hk), p.k.row, n, d.D, kBk, k_rows);
+      k_finite[static_cast<size_t>(tile)] = all_finite(k_rows, kBk * d.D);
+      pack_transposed(p.v.at(b, j0, hk), p.v.row, n, d.Dv, kBk, vt.get() + tile * kBk * d.Dv);
+    });
+  };
   packed.kt = kt.get();
   packed.vt = vt.get();
   packed.k = kp.get();
@@ -423,10 +452,32 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   const std::int64_t chunks = shared_j ? 1 : std::clamp<std::int64_t>(k_blocks / 4, 1, 8);
   const std::int64_t nb = shared_b ? 1 : d.B;
   const std::int64_t nh = shared_h ? 1 : d.Hk;
-  // dQ partials, one [B, Hq, Tq, D] per chunk.
-  const auto partials = allocate_large<T>(static_cast<size_t>(chunks * q_elems));
-  T* dq_base = partials.get();
-  std::fill(dq_base, dq_base + chunks * q_elems, T(0));
+  // dQ partials, one per chunk, over the q-blocks its k-blocks reach.
+  std::vector<DqPart<T>> parts(static_cast<size_t>(chunks));
+  std::int64_t part_elems = 0;
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    KeyRange reach{0, 0};
+    for (std::int64_t kb = c * k_blocks / chunks; kb < (c + 1) * k_blocks / chunks; ++kb) {
+      for (std::int64_t b = 0; b < d.B; ++b) {
+        for (std::int64_t h = 0; h < d.Hq; ++h) {
+          const KeyRange q = BlockView(p.blocks).q_span(b, h, kb);
+          if (q.empty()) continue;
+          reach = reach.empty() ? q : KeyRange{std::min(reach.lo, q.lo), std::max(reach.hi, q.hi)};
+        }
+      }
+    }
+    DqPart<T>& part = parts[static_cast<size_t>(c)];
+    part.row_lo = reach.lo * kBq;
+    part.rows = reach.empty() ? 0 : std::min(reach.hi * kBq, d.Tq) - part.row_lo;
+    part_elems += d.B * d.Hq * part.rows * d.D;
+  }
+  const auto partials =
+      allocate_large<T>(static_cast<size_t>(std::max<std::int64_t>(part_elems, 1)));
+  for (std::int64_t c = 0, at = 0; c < chunks; ++c) {
+    DqPart<T>& part = parts[static_cast<size_t>(c)];
+    part.data = partials.get() + at;
+    at += d.B * d.Hq * part.rows * d.D;
+  }
 
   const std::int64_t items = nb * nh * chunks;
   // The captured tensors' gradients: a partial buffer per item, summed in item order at the end,
@@ -463,7 +514,8 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
           p.captured_ids, captured_grads.data() + (serial ? 0 : item) * p.captured, p.captured};
       backward_item(p, packed, lse.get(), delta.get(), b_lo, shared_b ? d.B : bi + 1, hk_lo,
                     shared_h ? d.Hk : hi + 1, chunk * k_blocks / chunks,
-                    (chunk + 1) * k_blocks / chunks, scratch, dq_base + chunk * q_elems, sink);
+                    (chunk + 1) * k_blocks / chunks, scratch, parts[static_cast<size_t>(chunk)],
+                    sink);
     }
   }
   for (int c = 0; c < p.captured; ++c) {
@@ -481,11 +533,18 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
     const std::int64_t h = row / d.Tq % d.Hq;
     const std::int64_t b = row / d.Tq / d.Hq;
     T* dq_row = p.dq.at(b, i, h);
-    std::copy_n(dq_base + row * d.D, d.D, dq_row);
-    for (std::int64_t c = 1; c < chunks; ++c) {
-      const T* part = dq_base + c * q_elems + row * d.D;
-      for (std::int64_t x = 0; x < d.D; ++x) dq_row[x] += part[x];
+    bool first = true;  // the partials in chunk order, whatever the thread count
+    for (const DqPart<T>& part : parts) {
+      if (!part.holds(i)) continue;
+      const T* from = part.at(b * d.Hq + h, i, d.D);
+      if (first) {
+        std::copy_n(from, d.D, dq_row);
+      } else {
+        for (std::int64_t x = 0; x < d.D; ++x) dq_row[x] += from[x];
+      }
+      first = false;
     }
+    if (first) std::fill(dq_row, dq_row + d.D, T(0));  // no tile reaches this row
     // forward: s = (scale q) . k  ->  dq = scale * sum_j ds_j k_j
     for (std::int64_t x = 0; x < d.D; ++x) dq_row[x] *= p.scale;
   }

@@ -20,8 +20,8 @@
 #include "kernels/cpu/decode.hpp"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
+#include "kernels/cpu/key_tiles-inl.h"
 #include "kernels/cpu/large_buffer.hpp"
-#include "kernels/cpu/pack.hpp"
 #include "kernels/cpu/softmax_state-inl.h"
 #include "kernels/cpu/tile-inl.h"
 
@@ -48,13 +48,12 @@ void values_kept(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::
 }
 
 // Folds every key into `state`, the online-softmax state of rows [i0, i0 + live) of head h of
-// batch b, from one head's K^T and V packed in tiles (kt: [D, kBk] per tile, vt: [kBk, Dv] per
-// tile; v_finite: per tile, whether V holds only finite numbers). Tiles the mask empties are
-// skipped.
+// batch b, from the tiles of its k/v head in `keys`. Tiles the mask empties are skipped (and never
+// packed).
 template <class T, class ScoreMod, class MaskMod>
-void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, const T* kt, const T* vt,
-                 const std::uint8_t* v_finite, std::int64_t b, std::int64_t h, std::int64_t i0,
-                 std::int64_t live, ForwardScratch<T>& scratch, const SoftmaxState<T>& state) {
+void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, KeyTiles<T>& keys, std::int64_t b,
+                 std::int64_t h, std::int64_t i0, std::int64_t live, ForwardScratch<T>& scratch,
+                 const SoftmaxState<T>& state) {
   const Dims& d = p.dims;
   if (live == 0) return;
   T* q = scratch.q.get();  // scale * Q of these rows, [live, D]
@@ -72,6 +71,7 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, const T* kt, const T*
     span = span.empty() ? more : KeyRange{std::min(span.lo, more.lo), std::max(span.hi, more.hi)};
   }
   TileKind kinds[kBq / TileTraits::kBlockQ];
+  const std::int64_t head_kv = b * d.Hk + h / d.group();
   for (std::int64_t kb = span.lo; kb < span.hi; ++kb) {
     const std::int64_t j0 = kb * kBk;
     const std::int64_t cols = std::min(kBk, d.Tk - j0);
@@ -82,42 +82,26 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, const T* kt, const T*
       all_full = all_full && kinds[x] == TileKind::full;
     }
     if (!any) continue;
+    keys.ensure(head_kv, kb);
     T* s = scratch.s.get();
     // S = (scale Q) K^T for this tile (the pack's zero padding fills columns past Tk).
-    gemm<true>(live, kBk, d.D, q, d.D, kt + j0 * d.D, kBk, s, kBk, false);
+    gemm<true>(live, kBk, d.D, q, d.D, keys.kt(head_kv, kb), kBk, s, kBk, false);
     softmax_tile(p, b, h, i0, live, j0, cols, kinds, s, scratch.z.get(), state);
-    if (!all_full && !v_finite[kb]) {
-      values_kept(p, b, h, i0, live, j0, cols, s, vt + j0 * d.Dv, state.acc);
+    const T* vt = keys.vt(head_kv, kb);
+    if (!all_full && !keys.v_finite(head_kv, kb)) {
+      values_kept(p, b, h, i0, live, j0, cols, s, vt, state.acc);
     } else {
-      gemm(live, d.Dv, cols, s, kBk, vt + j0 * d.Dv, d.Dv, state.acc, d.Dv, true);  // acc += P V
+      gemm(live, d.Dv, cols, s, kBk, vt, d.Dv, state.acc, d.Dv, true);  // acc += P V
     }
   }
 }
 
-// Prefill and training shapes: K^T packed once per (b, k/v head), work split over
+// Prefill and training shapes: K^T and V packed once per call (KeyTiles), work split over
 // (b, h, q-block).
 template <class T, class ScoreMod, class MaskMod>
 void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
   const Dims& d = p.dims;
-  // K^T and V of every (b, k/v head) in tiles, shared by all q-blocks and all query heads of
-  // the group: [B * Hk][tiles][D, kBk] and [B * Hk][tiles][kBk, Dv].
-  const std::int64_t tk_pad = round_up(std::max<std::int64_t>(d.Tk, 1), kBk);
-  const auto kt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.D * tk_pad));
-  const auto vt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * tk_pad));
-  // Per (b, k/v head) and tile, whether V holds only finite numbers.
-  const std::int64_t tiles = tk_pad / kBk;
-  std::vector<std::uint8_t> v_finite(static_cast<size_t>(d.B * d.Hk * tiles));
-#pragma omp parallel for schedule(static)
-  for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
-    const std::int64_t b = bh / d.Hk;
-    const std::int64_t hk = bh % d.Hk;
-    pack_tiles_transposed(p.k.at(b, 0, hk), p.k.row, d.Tk, d.D, kBk, kt.get() + bh * d.D * tk_pad);
-    T* v_head = vt.get() + bh * d.Dv * tk_pad;
-    pack_tiles(p.v.at(b, 0, hk), p.v.row, d.Tk, d.Dv, kBk, v_head);
-    for (std::int64_t t = 0; t < tiles; ++t) {
-      v_finite[bh * tiles + t] = all_finite(v_head + t * kBk * d.Dv, kBk * d.Dv);
-    }
-  }
+  KeyTiles<T> keys(d, p.k, p.v);
   // A sparse mask (most tiles empty) keeps 64-row blocks: a 128-row block computes the union of
   // its two halves' tiles, and its K and V tiles fit the cache anyway (qkv bench --variants, T =
   // 8192, fwd, AMD EPYC Zen 3: bigbird's time over full x kept tiles was 2.06 with 128 rows).
@@ -143,10 +127,8 @@ void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
       const std::int64_t h = bh % d.Hq;
       const std::int64_t rows = std::min(block, d.Tq - i0);
       const std::int64_t live = live_rows(p, b, i0, rows);
-      const std::int64_t head_kv = b * d.Hk + h / d.group();
       state.reset(rows, d.Dv);
-      attend_keys(p, kt.get() + head_kv * d.D * tk_pad, vt.get() + head_kv * d.Dv * tk_pad,
-                  v_finite.data() + head_kv * tiles, b, h, i0, live, scratch, state);
+      attend_keys(p, keys, b, h, i0, live, scratch, state);
       write_rows(p, b, h, i0, rows, live, state);
     }
   }

@@ -18,8 +18,7 @@
 #include "hwy/highway.h"
 #include "kernels/block_view.hpp"
 #include "kernels/cpu/gemm-inl.h"
-#include "kernels/cpu/large_buffer.hpp"
-#include "kernels/cpu/pack.hpp"
+#include "kernels/cpu/key_tiles-inl.h"
 #include "kernels/cpu/softmax_state-inl.h"
 #include "kernels/cpu/tile-inl.h"
 #include "kernels/cpu/weights.hpp"
@@ -29,10 +28,9 @@ namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
 constexpr std::int64_t kRows = TileTraits::kBlockQ;
 
-// Rows [i0, i0 + rows) of head h of batch b, against one head's K^T packed in tiles (kt: [D, kBk]
-// per tile).
+// Rows [i0, i0 + rows) of head h of batch b, against its k/v head's K^T tiles in keys.
 template <class T, class ScoreMod, class MaskMod>
-void weights_rows(const FwdParams<T, ScoreMod, MaskMod>& p, const T* kt, std::int64_t b,
+void weights_rows(const FwdParams<T, ScoreMod, MaskMod>& p, KeyTiles<T>& keys, std::int64_t b,
                   std::int64_t h, std::int64_t i0, std::int64_t rows, const WeightsOut<T>& w,
                   ForwardScratch<T>& scratch) {
   const Dims& d = p.dims;
@@ -46,9 +44,11 @@ void weights_rows(const FwdParams<T, ScoreMod, MaskMod>& p, const T* kt, std::in
   // Pass 1: each row's max and sum over the kept keys (dim_v 0: no accumulator).
   const SoftmaxState<T> state = scratch.state();
   state.reset(rows, 0);
+  const std::int64_t head_kv = b * d.Hk + h / d.group();
   const auto scores = [&](std::int64_t kb, TileKind kind) {
     const std::int64_t j0 = kb * kBk;
-    gemm<true>(live, kBk, d.D, q, d.D, kt + j0 * d.D, kBk, s, kBk, false);
+    keys.ensure(head_kv, kb);
+    gemm<true>(live, kBk, d.D, q, d.D, keys.kt(head_kv, kb), kBk, s, kBk, false);
     score_tile(p, b, h, i0, live, j0, std::min(kBk, d.Tk - j0), &kind, s, static_cast<T*>(nullptr));
   };
   for (std::int64_t kb = span.lo; kb < span.hi; ++kb) {
@@ -83,13 +83,7 @@ void weights_rows(const FwdParams<T, ScoreMod, MaskMod>& p, const T* kt, std::in
 template <class T, class ScoreMod, class MaskMod>
 void weights_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const WeightsOut<T>& w) {
   const Dims& d = p.dims;
-  const std::int64_t tk_pad = round_up(std::max<std::int64_t>(d.Tk, 1), kBk);
-  const auto kt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.D * tk_pad));
-#pragma omp parallel for schedule(static)
-  for (std::int64_t bh = 0; bh < d.B * d.Hk; ++bh) {
-    pack_tiles_transposed(p.k.at(bh / d.Hk, 0, bh % d.Hk), p.k.row, d.Tk, d.D, kBk,
-                          kt.get() + bh * d.D * tk_pad);
-  }
+  KeyTiles<T> keys(d, p.k, Rows<const T>{});  // K^T only
   const std::int64_t q_blocks = (d.Tq + kRows - 1) / kRows;
 #pragma omp parallel
   {
@@ -99,8 +93,7 @@ void weights_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const WeightsOut<T>&
       const std::int64_t i0 = item % q_blocks * kRows;
       const std::int64_t h = item / q_blocks % d.Hq;
       const std::int64_t b = item / q_blocks / d.Hq;
-      weights_rows(p, kt.get() + (b * d.Hk + h / d.group()) * d.D * tk_pad, b, h, i0,
-                   std::min(kRows, d.Tq - i0), w, scratch);
+      weights_rows(p, keys, b, h, i0, std::min(kRows, d.Tq - i0), w, scratch);
     }
   }
 }

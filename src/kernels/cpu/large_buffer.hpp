@@ -14,32 +14,50 @@
 #include <memory>
 #include <new>
 
+#include "kernels/cpu/scratch_pool.hpp"
+
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
 
 namespace qkv::kernels::cpu {
 
+// Buffers of a huge page and more go back to the scratch pool (scratch_pool.hpp).
 struct FreeLarge {
-  void operator()(void* p) const noexcept { std::free(p); }
+  std::size_t capacity = 0;
+  void operator()(void* p) const noexcept {
+    if (capacity >= kHugePage) {
+      give_pooled(p, capacity);
+    } else {
+      std::free(p);
+    }
+  }
+  static constexpr std::size_t kHugePage = std::size_t{1} << 21;
 };
 
 template <class T>
 using LargeBuffer = std::unique_ptr<T[], FreeLarge>;
 
-// n elements of T, uninitialized, aligned to 64 bytes (2 MiB from kHugePage bytes up).
+// n elements of T, uninitialized, aligned to 64 bytes (2 MiB from kHugePage bytes up, and then
+// from the pool where it holds a buffer of the size).
 template <class T>
 LargeBuffer<T> allocate_large(std::size_t n) {
-  constexpr std::size_t kHugePage = std::size_t{1} << 21;
+  constexpr std::size_t kHugePage = FreeLarge::kHugePage;
   const std::size_t bytes = std::max<std::size_t>(n * sizeof(T), 64);
   const std::size_t align = bytes >= kHugePage ? kHugePage : 64;
   const std::size_t rounded = (bytes + align - 1) / align * align;
+  if (align == kHugePage) {
+    std::size_t capacity = 0;
+    if (void* p = take_pooled(rounded, &capacity)) {
+      return LargeBuffer<T>(static_cast<T*>(p), FreeLarge{capacity});
+    }
+  }
   void* p = std::aligned_alloc(align, rounded);
   if (p == nullptr) throw std::bad_alloc();
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);  // advice: a refusal costs nothing
 #endif
-  return LargeBuffer<T>(static_cast<T*>(p));
+  return LargeBuffer<T>(static_cast<T*>(p), FreeLarge{rounded});
 }
 
 }  // namespace qkv::kernels::cpu

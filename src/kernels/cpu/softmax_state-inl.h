@@ -17,7 +17,7 @@
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
-#include "kernels/cpu/pack.hpp"
+#include "kernels/cpu/pack-inl.h"
 #include "kernels/cpu/tile-inl.h"
 #include "kernels/cpu/tile_traits.hpp"
 #include "kernels/flash_params.hpp"

@@ -1,0 +1,76 @@
+// One call's K^T (and V) of every (b, k/v head) in tiles of kBk keys, shared by all q-blocks and
+// all query heads of the group, each tile packed by the first thread that reads it
+// (pack_once.hpp). Used by the forward and the attention weights. Per-target include guard.
+#if defined(QKV_KERNELS_CPU_KEY_TILES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_KERNELS_CPU_KEY_TILES_INL_H_
+#undef QKV_KERNELS_CPU_KEY_TILES_INL_H_
+#else
+#define QKV_KERNELS_CPU_KEY_TILES_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "kernels/cpu/large_buffer.hpp"
+#include "kernels/cpu/pack-inl.h"
+#include "kernels/cpu/pack_once.hpp"
+#include "kernels/cpu/tile-inl.h"
+#include "kernels/cpu/tile_traits.hpp"
+#include "kernels/flash_params.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::cpu::HWY_NAMESPACE {
+
+// k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] (v.data null: keys only) -> per (b * Hk + hk) and k-block
+// kb: kt [D, kBk], vt [kBk, Dv] (keys past Tk zero), and whether that V tile is all finite.
+template <class T>
+class KeyTiles {
+ public:
+  KeyTiles(const Dims& d, Rows<const T> k, Rows<const T> v)
+      : k_(k),
+        v_(v),
+        tk_(d.Tk),
+        dim_(d.D),
+        dim_v_(v.data != nullptr ? d.Dv : 0),
+        heads_(d.Hk),
+        tiles_(round_up(std::max<std::int64_t>(d.Tk, 1), kBk) / kBk),
+        kt_(allocate_large<T>(static_cast<size_t>(d.B * heads_ * tiles_ * kBk * dim_))),
+        vt_(allocate_large<T>(static_cast<size_t>(d.B * heads_ * tiles_ * kBk * dim_v_))),
+        v_finite_(static_cast<size_t>(d.B * heads_ * tiles_)),
+        once_(d.B * heads_ * tiles_) {}
+
+  // Packs tile kb of k/v head bh = b * Hk + hk unless it is; before the accessors below.
+  void ensure(std::int64_t bh, std::int64_t kb) {
+    once_.ensure(bh * tiles_ + kb, [&] {
+      const std::int64_t b = bh / heads_, hk = bh % heads_, j0 = kb * kBk;
+      const std::int64_t n = std::min(kBk, tk_ - j0);
+      pack_transposed(k_.at(b, j0, hk), k_.row, n, dim_, kBk, at(kt_.get(), dim_, bh, kb));
+      if (dim_v_ == 0) return;
+      T* vt = at(vt_.get(), dim_v_, bh, kb);
+      pack_rows(v_.at(b, j0, hk), v_.row, n, dim_v_, kBk, vt);
+      v_finite_[static_cast<size_t>(bh * tiles_ + kb)] = all_finite(vt, kBk * dim_v_);
+    });
+  }
+  const T* kt(std::int64_t bh, std::int64_t kb) const { return at(kt_.get(), dim_, bh, kb); }
+  const T* vt(std::int64_t bh, std::int64_t kb) const { return at(vt_.get(), dim_v_, bh, kb); }
+  bool v_finite(std::int64_t bh, std::int64_t kb) const {
+    return v_finite_[static_cast<size_t>(bh * tiles_ + kb)] != 0;
+  }
+
+ private:
+  T* at(T* base, std::int64_t dim, std::int64_t bh, std::int64_t kb) const {
+    return base + (bh * tiles_ + kb) * kBk * dim;
+  }
+  Rows<const T> k_, v_;
+  std::int64_t tk_, dim_, dim_v_, heads_, tiles_;
+  LargeBuffer<T> kt_, vt_;
+  std::vector<std::uint8_t> v_finite_;
+  PackOnce once_;
+};
+
+}  // namespace qkv::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // QKV_KERNELS_CPU_KEY_TILES_INL_H_

@@ -1,0 +1,93 @@
+#include "kernels/cpu/scratch_pool.hpp"
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "qkv/system.hpp"
+
+namespace qkv::kernels::cpu {
+namespace {
+
+struct Pooled {
+  void* p;
+  std::size_t capacity;
+};
+
+class Pool {
+ public:
+  ~Pool() { release(); }
+
+  void* take(std::size_t bytes, std::size_t* capacity) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::size_t best = buffers_.size();
+    for (std::size_t n = 0; n < buffers_.size(); ++n) {
+      const std::size_t c = buffers_[n].capacity;
+      if (c >= bytes && c / 2 <= bytes && (best == buffers_.size() || c < buffers_[best].capacity))
+        best = n;
+    }
+    if (best == buffers_.size()) return nullptr;
+    const Pooled found = buffers_[best];
+    buffers_.erase(buffers_.begin() + static_cast<std::ptrdiff_t>(best));
+    held_ -= found.capacity;
+    *capacity = found.capacity;
+    return found.p;
+  }
+
+  void give(void* p, std::size_t capacity) noexcept {
+    std::vector<void*> to_free;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (capacity > kPoolBytes) {
+        to_free.push_back(p);
+      } else {
+        try {
+          buffers_.push_back({p, capacity});
+          held_ += capacity;
+        } catch (...) {  // no room to remember it: free it
+          to_free.push_back(p);
+        }
+        while (held_ > kPoolBytes) {  // the oldest first
+          held_ -= buffers_.front().capacity;
+          to_free.push_back(buffers_.front().p);
+          buffers_.erase(buffers_.begin());
+        }
+      }
+    }
+    for (void* q : to_free) std::free(q);
+  }
+
+  void release() noexcept {
+    std::vector<Pooled> all;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      all.swap(buffers_);
+      held_ = 0;
+    }
+    for (const Pooled& b : all) std::free(b.p);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<Pooled> buffers_;
+  std::size_t held_ = 0;
+};
+
+Pool& pool() {
+  static Pool instance;
+  return instance;
+}
+
+}  // namespace
+
+void* take_pooled(std::size_t bytes, std::size_t* capacity) { return pool().take(bytes, capacity); }
+
+void give_pooled(void* p, std::size_t capacity) noexcept { pool().give(p, capacity); }
+
+}  // namespace qkv::kernels::cpu
+
+namespace qkv {
+
+void release_cached_memory() { kernels::cpu::pool().release(); }
+
+}  // namespace qkv
