@@ -157,7 +157,9 @@ class Branch final : public Node {
       : Node(true),
         conjunction_(conjunction),
         first_(std::move(first)),
-        second_(std::move(second)) {}
+        second_(std::move(second)),
+        keyed_first_(dynamic_cast<const KeyedNode*>(first_.get())),
+        keyed_second_(dynamic_cast<const KeyedNode*>(second_.get())) {}
   bool keep(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const override {
     return conjunction_ ? first_->keep(b, h, i, j) && second_->keep(b, h, i, j)
                         : first_->keep(b, h, i, j) || second_->keep(b, h, i, j);
@@ -190,13 +192,24 @@ class Branch final : public Node {
   }
 
  private:
-  // And: each part drops its keys. Or: x dropped where neither keeps (masks::drop_unless_either).
+  // And: each part drops its keys. Or: x dropped where neither keeps; as masks::Or, outside a
+  // keyed part's interval by the other part alone (masks::drop_beside), else by merging the two
+  // drops (masks::drop_unless_either).
   template <class T>
   void drop(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t cols,
             T value, T* x) const {
     if (conjunction_) {
       first_->drop_row(b, h, i, j0, cols, value, x);
       second_->drop_row(b, h, i, j0, cols, value, x);
+      return;
+    }
+    if (keyed_first_ != nullptr || keyed_second_ != nullptr) {
+      const KeyedNode* keyed = keyed_first_ != nullptr ? keyed_first_ : keyed_second_;
+      const Node* other = keyed_first_ != nullptr ? second_.get() : first_.get();
+      masks::drop_beside(keyed->keys(b, h, i), j0, cols, x,
+                         [&](std::int64_t j, std::int64_t len, T* at) {
+                           other->drop_row(b, h, i, j, len, value, at);
+                         });
       return;
     }
     masks::drop_unless_either(
@@ -211,6 +224,8 @@ class Branch final : public Node {
 
   bool conjunction_;
   NodePtr first_, second_;
+  const KeyedNode* keyed_first_;  // first_ as a keyed node, or null
+  const KeyedNode* keyed_second_;
 };
 
 // A leaf made for each shape.
