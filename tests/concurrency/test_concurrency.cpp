@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <atomic>
 #include <qkv/qkv.hpp>
 #include <string>
 #include <thread>
@@ -180,6 +181,47 @@ std::vector<std::string> run_on_threads(int caller_omp_threads, std::size_t n) {
 TEST(Concurrency, ManyThreadsGiveTheSequentialResultsBitwise) {
   const Budget budget(2);
   EXPECT_EQ(run_on_threads(2, sequential().works.size()), std::vector<std::string>{});
+}
+
+// The kernels' pooled scratch (qkv::release_cached_memory, qkv/system.hpp): calls whose packed K
+// and V and dQ partials pass the pool's 2 MiB floor, running on several threads while another
+// thread empties the pool again and again, give bitwise the results of the same calls made
+// alone. Under ThreadSanitizer a race on the pool, and under AddressSanitizer a buffer freed
+// while a call still uses it, would show here.
+TEST(Concurrency, EmptyingThePoolWhileCallsRunChangesNoResult) {
+  FusedCase pooled;  // K^T of one call: 2176 keys x 4 heads x 64 x 4 bytes, 2.1 MiB
+  pooled.Tq = pooled.Tk = 2176;
+  pooled.Hq = pooled.Hk = 4;
+  pooled.D = pooled.Dv = 64;
+  pooled.window = {24, 8};  // few tiles: the scratch is large, the work small
+  pooled.seed = 5;
+  std::vector<Work> items;
+  for (const DType dtype : {DType::f32, DType::f64}) items.push_back({pooled, dtype});
+  std::vector<Results> expected;
+  for (const Work& w : items) expected.push_back(run(w));
+  const Budget budget(2);
+  std::atomic<bool> done{false};
+  std::thread emptier([&] {
+    while (!done.load()) release_cached_memory();
+  });
+  std::vector<std::vector<std::string>> failures(4);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        const std::size_t item = static_cast<std::size_t>(t + round) % items.size();
+        if (!bitwise_equal(run(items[item]), expected[item])) {
+          failures[t].push_back("thread " + std::to_string(t) + ": " + items[item].name());
+        }
+      }
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  done = true;
+  emptier.join();
+  std::vector<std::string> all;
+  for (const auto& f : failures) all.insert(all.end(), f.begin(), f.end());
+  EXPECT_EQ(all, std::vector<std::string>{});
 }
 
 // The budget is qkv's: a caller's own omp_set_num_threads(4) neither raises a call's threads

@@ -60,6 +60,10 @@ struct Packed {
   // Packs the K^T, K and V^T tiles of k-block kb of k/v head `head` unless they are
   // (pack_once.hpp): each by the item that owns the k-block, or before it by inverse_row_sums.
   std::function<void(std::int64_t head, std::int64_t kb)> ensure;
+  // The same for q-block qb of query head `head` (b * Hq + h): its rows of q and dout, lse, delta
+  // and qo_finite, by the first item (or inverse_row_sums) that reads them, while they are in the
+  // cache (a pass over every row ahead of the items was 6% of a window's backward).
+  std::function<void(std::int64_t head, std::int64_t qb)> ensure_rows;
   std::int64_t tk_pad = 0;
   const T* kt = nullptr;
   const T* vt = nullptr;
@@ -295,6 +299,7 @@ void inverse_row_sums(const FwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>&
       const std::int64_t b = item / packed.q_blocks / d.Hq;
       const std::int64_t rows = std::min({kBq, d.Tq - i0, row_limit(p.mask_mod, b) - i0});
       if (rows <= 0) continue;
+      packed.ensure_rows(b * d.Hq + h, i0 / kBq);
       const std::int64_t row0 = (b * d.Hq + h) * d.Tq + i0;  // of [B, Hq, Tq]
       const std::int64_t head = b * d.Hk + h / d.group();
       double sums[kBq] = {};
@@ -347,6 +352,7 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
             const std::int64_t rows = std::min({kBq, d.Tq - i0, row_limit(p.mask_mod, b) - i0});
             if (rows <= 0) continue;
             packed.ensure(b * d.Hk + hk, kb);
+            packed.ensure_rows(b * d.Hq + h, qb);
             backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch, dq_part,
                           sink);
           }
@@ -366,13 +372,13 @@ template <class T, class ScoreMod, class MaskMod>
 void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   const Dims& d = p.dims;
   const std::int64_t q_elems = d.B * d.Tq * d.Hq * d.D;
-  // D_i = rowsum(dO_i * O_i), [B, Hq, Tq]; and scale * Q and dO head by head ([B, Hq, Tq, D or
-  // Dv]). scale * Q as the forward rounds it (scale_rows): the scores come out the same, and
-  // d s / d k = scale * q is what dK needs. Head by head because in place, a q-block's rows are
-  // Hq * D apart (2 KiB at D = 64, H = 8), so the rows of a register tile share a few of L1's
-  // sets, and so do the dQ rows each tile accumulates into (dQ's partials are head by head too). T
-  // = 2048, H = 8, 2 threads, median fraction of the FMA burst measured beside each rep: D = 64
-  // 0.61 -> 0.71, D = 128 0.63 -> 0.71.
+  // Per q-block on first use (packed.ensure_rows): D_i = rowsum(dO_i * O_i), [B, Hq, Tq]; and
+  // scale * Q and dO head by head ([B, Hq, Tq, D or Dv]). scale * Q as the forward rounds it
+  // (scale_rows): the scores come out the same, and d s / d k = scale * q is what dK needs. Head by
+  // head because in place, a q-block's rows are Hq * D apart (2 KiB at D = 64, H = 8), so the rows
+  // of a register tile share a few of L1's sets, and so do the dQ rows each tile accumulates into
+  // (dQ's partials are head by head too). T = 2048, H = 8, 2 threads, median fraction of the FMA
+  // burst measured beside each rep: D = 64 0.61 -> 0.71, D = 128 0.63 -> 0.71.
   const std::int64_t rows_all = d.B * d.Hq * d.Tq;
   auto delta = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all, 1)));
   // lse as [B, Hq, Tq] side by side (the caller's may have any strides): a tile reads the rows
@@ -383,30 +389,28 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
       allocate_large<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all * d.Dv, 1)));
   const std::int64_t q_blocks = (d.Tq + kBq - 1) / kBq;
   std::vector<std::uint8_t> qo_finite(static_cast<size_t>(d.B * d.Hq * q_blocks));
-#pragma omp parallel for schedule(static)
-  for (std::int64_t row = 0; row < rows_all; ++row) {  // row = (b * Hq + h) * Tq + i
-    const std::int64_t i = row % d.Tq;
-    const std::int64_t h = row / d.Tq % d.Hq;
-    const std::int64_t b = row / d.Tq / d.Hq;
-    const T* dout = p.dout.at(b, i, h);
-    const T* out = p.out.at(b, i, h);
-    T sum = 0;
-    for (std::int64_t c = 0; c < d.Dv; ++c) sum += dout[c] * out[c];
-    delta[row] = sum;
-    lse[row] = p.lse(b, h, i);
-    scale_rows(p.q.at(b, i, h), d.D, 1, d.D, p.scale, q_heads.get() + row * d.D);
-    std::copy_n(dout, d.Dv, dout_heads.get() + row * d.Dv);
-  }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t block = 0; block < d.B * d.Hq * q_blocks; ++block) {
-    const std::int64_t head = block / q_blocks;
-    const std::int64_t i0 = block % q_blocks * kBq;
-    const std::int64_t rows = std::min(kBq, d.Tq - i0);
-    const std::int64_t first = head * d.Tq + i0;
-    qo_finite[block] = all_finite(q_heads.get() + first * d.D, rows * d.D) &&
-                       all_finite(dout_heads.get() + first * d.Dv, rows * d.Dv);
-  }
   Packed<T> packed;
+  const PackOnce rows_once(d.B * d.Hq * q_blocks);
+  packed.ensure_rows = [&](std::int64_t head, std::int64_t qb) {
+    rows_once.ensure(head * q_blocks + qb, [&] {
+      const std::int64_t b = head / d.Hq, h = head % d.Hq, i0 = qb * kBq;
+      const std::int64_t rows = std::min(kBq, d.Tq - i0);
+      const std::int64_t first = head * d.Tq + i0;  // row of [B, Hq, Tq]
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t i = i0 + r, row = first + r;
+        const T* dout = p.dout.at(b, i, h);
+        // In vectors (score_dot): one scalar chain of Dv dependent adds per row took 5% of a
+        // window's backward (T = 8192, 2 threads, AMD EPYC Zen 3).
+        delta[row] = score_dot(dout, p.out.at(b, i, h), d.Dv);
+        lse[row] = p.lse(b, h, i);
+        scale_rows(p.q.at(b, i, h), d.D, 1, d.D, p.scale, q_heads.get() + row * d.D);
+        std::copy_n(dout, d.Dv, dout_heads.get() + row * d.Dv);
+      }
+      qo_finite[static_cast<size_t>(head * q_blocks + qb)] =
+          all_finite(q_heads.get() + first * d.D, rows * d.D) &&
+          all_finite(dout_heads.get() + first * d.Dv, rows * d.Dv);
+    });
+  };
   packed.tk_pad = round_up(d.Tk, kBk);
   const auto kt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
   const auto vt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * packed.tk_pad));
