@@ -206,7 +206,8 @@ void plot_variants(const std::vector<bench::RowResult>& rows,
   }
 }
 
-// The median over `reps` of variant time / (full time x tiles), the two run alternately, one call
+// The median over `reps` of variant time / (full time x tiles) (or of any two shapes' times), the
+// two run alternately, one call
 // each per rep, after one warm-up call each: on this shared host the time of one row drifts by
 // 1.5x from one minute to the next (T = 8192 window fwd, AMD EPYC Zen 3 VM: 65 to 108 ms), and
 // alternating puts both sides of the ratio under the same load.
@@ -260,7 +261,8 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
   for (const std::int64_t T : ts) {
     for (const bench::Pass pass : passes) {
       double full_ms = 0;
-      bench::Shape full_shape;
+      bench::Shape full_shape, window_shape;
+      bool window_seen = false;
       for (const std::string& variant : bench::kVariants) {
         bench::Shape shape;
         shape.pass = pass;
@@ -278,8 +280,17 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
           full_ms = r.ms;
           full_shape = shape;
         }
+        if (variant == "window") {
+          window_shape = shape;
+          window_seen = true;
+        }
         const double vs_paired =
             variant == "full" ? 1.0 : paired_vs_tiles(full_shape, shape, threads, r.reps, tiles);
+        // The lambda against the built-in window, alternated the same way (tiles 1: the ratio of
+        // the times).
+        const bool lambda = variant == "window_lambda" && window_seen;
+        const double vs_builtin =
+            lambda ? paired_vs_tiles(window_shape, shape, threads, r.reps, 1.0) : 0.0;
         const double flop = 4.0 * 8 * pairs * 64 * (pass == bench::Pass::fwd ? 1.0 : 2.5);
         const double gflops = flop / (r.ms * 1e6);
         const double vs_tiles = r.ms / (full_ms * tiles);
@@ -288,6 +299,9 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
                     variant.c_str(), std::string(bench::pass_name(pass)).c_str(),
                     static_cast<long long>(T), r.reps, r.ms, tiles, scores, gflops, vs_tiles,
                     vs_paired, r.peak_rss_mb, mask_ms);
+        if (lambda)
+          std::printf("%-14s %-4s %6lld  vs window, paired: %.2f\n", "", "",
+                      static_cast<long long>(T), vs_builtin);
         std::fflush(stdout);
         results.push_back(r);
         rows.push_back({{"variant", variant},
@@ -306,6 +320,8 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
                         {"gflops_kept", rounded(gflops, 3)},
                         {"vs_tiles", rounded(vs_tiles, 4)},
                         {"vs_tiles_paired", rounded(vs_paired, 4)},
+                        {"vs_builtin_paired",
+                         lambda ? nlohmann::ordered_json(rounded(vs_builtin, 4)) : nullptr},
                         {"peak_rss_mb", rounded(r.peak_rss_mb, 2)},
                         {"block_mask_ms", rounded(mask_ms, 3)}});
       }

@@ -320,6 +320,17 @@ bool all_finite(const T* x, std::int64_t count) {
   return hn::AllFalse(d, hn::IsNaN(probe)) && tail == T(0);
 }
 
+// Whether a row of kBk elements holds only finite numbers (all_finite, in whole vectors).
+template <class T>
+bool row_finite(const T* x) {
+  const hn::ScalableTag<T> d;
+  const auto zero = hn::Zero(d);
+  auto probe = zero;
+  for (std::int64_t c = 0; c < kBk; c += hn::Lanes(d))
+    probe = hn::MulAdd(hn::Load(d, x + c), zero, probe);
+  return hn::AllFalse(d, hn::IsNaN(probe));
+}
+
 // a[n] *= b[n] for a row of kBk elements.
 template <class T>
 void row_mul(T* a, const T* b) {
