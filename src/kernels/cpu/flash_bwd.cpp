@@ -77,21 +77,23 @@ struct Packed {
   const T* inv_sigma = nullptr;
 };
 
-// One key chunk's share of dQ: the rows [row_lo, row_lo + rows) of every (b, head) that the
-// chunk's tiles reach, [B * Hq, rows, D] at data (rows is 0 where the mask leaves the chunk no
-// tile). Under a sparse mask a chunk reaches few rows: a window's chunk of 1024 keys, about 1300
-// (T = 8192, 8 chunks), so the partials hold about 1.3x dQ, not 8x, and zeroing and summing them
+// One key chunk's share of dQ: the q-blocks that the chunk's tiles reach, each in a slot of kBq
+// rows, [B * Hq, slots, kBq, D] at data (slots is 0 where the mask leaves the chunk no tile).
+// Under a sparse mask a chunk reaches few rows: a window's chunk of 1024 keys, about 1300 (T =
+// 8192, 8 chunks), so the partials hold about 1.3x dQ, not 8x, and zeroing and summing them
 // costs as much less (they were 25% of a window's backward, perf, 2 threads, AMD EPYC Zen 3).
+// Slots rather than one range of rows: Longformer's global rows reach every chunk, and a range
+// from them to the chunk's window would span most rows.
 template <class T>
 struct DqPart {
   T* data = nullptr;
-  std::int64_t row_lo = 0;
-  std::int64_t rows = 0;
-  // Row i (inside the range) of head bh = b * Hq + h.
+  std::vector<std::int64_t> slot;  // per q-block: its slot, or -1 where no tile reaches it
+  std::int64_t slots = 0;
+  // Row i (of a reached q-block) of head bh = b * Hq + h.
   T* at(std::int64_t bh, std::int64_t i, std::int64_t dim) const {
-    return data + (bh * rows + i - row_lo) * dim;
+    return data + ((bh * slots + slot[static_cast<size_t>(i / kBq)]) * kBq + i % kBq) * dim;
   }
-  bool holds(std::int64_t i) const { return i >= row_lo && i < row_lo + rows; }
+  bool holds(std::int64_t i) const { return slot[static_cast<size_t>(i / kBq)] >= 0; }
 };
 
 // dSij = P_ij (dP_ij - D_i) subtracts D_i = dO_i . O_i from dP_ij = z_ij dO_i . v_j, two dot
@@ -342,8 +344,8 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
   for (std::int64_t b = b_lo; b < b_hi; ++b) {
     for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
       // This item's rows of the chunk's dQ partial: the query heads of (b, hk).
-      T* dq_rows = dq_part.at(b * d.Hq + hk * d.group(), dq_part.row_lo, d.D);
-      std::fill(dq_rows, dq_rows + d.group() * dq_part.rows * d.D, T(0));
+      T* dq_rows = dq_part.data + (b * d.Hq + hk * d.group()) * dq_part.slots * kBq * d.D;
+      std::fill(dq_rows, dq_rows + d.group() * dq_part.slots * kBq * d.D, T(0));
       for (std::int64_t kb = kb_lo; kb < kb_hi; ++kb) {
         const std::int64_t j0 = kb * kBk;
         const std::int64_t cols = std::min(kBk, d.Tk - j0);
@@ -462,31 +464,36 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   const std::int64_t chunks = shared_j ? 1 : std::clamp<std::int64_t>(k_blocks / 4, 1, 8);
   const std::int64_t nb = shared_b ? 1 : d.B;
   const std::int64_t nh = shared_h ? 1 : d.Hk;
-  // dQ partials, one per chunk, over the q-blocks its k-blocks reach.
+  // dQ partials, one per chunk, over the q-blocks its tiles reach (in any batch or head the mask
+  // tells apart).
+  const BlockView blocks(p.blocks);
+  const std::int64_t mask_b = p.blocks->batches == 1 ? 1 : d.B;
+  const std::int64_t mask_h = p.blocks->heads == 1 ? 1 : d.Hq;
   std::vector<DqPart<T>> parts(static_cast<size_t>(chunks));
   std::int64_t part_elems = 0;
   for (std::int64_t c = 0; c < chunks; ++c) {
-    KeyRange reach{0, 0};
+    DqPart<T>& part = parts[static_cast<size_t>(c)];
+    part.slot.assign(static_cast<size_t>(q_blocks), -1);
     for (std::int64_t kb = c * k_blocks / chunks; kb < (c + 1) * k_blocks / chunks; ++kb) {
-      for (std::int64_t b = 0; b < d.B; ++b) {
-        for (std::int64_t h = 0; h < d.Hq; ++h) {
-          const KeyRange q = BlockView(p.blocks).q_span(b, h, kb);
-          if (q.empty()) continue;
-          reach = reach.empty() ? q : KeyRange{std::min(reach.lo, q.lo), std::max(reach.hi, q.hi)};
+      for (std::int64_t b = 0; b < mask_b; ++b) {
+        for (std::int64_t h = 0; h < mask_h; ++h) {
+          const KeyRange q = blocks.q_span(b, h, kb);
+          for (std::int64_t qb = q.lo; qb < q.hi; ++qb) {
+            if (blocks.kind_t(b, h, kb, qb) != TileKind::empty)
+              part.slot[static_cast<size_t>(qb)] = 0;
+          }
         }
       }
     }
-    DqPart<T>& part = parts[static_cast<size_t>(c)];
-    part.row_lo = reach.lo * kBq;
-    part.rows = reach.empty() ? 0 : std::min(reach.hi * kBq, d.Tq) - part.row_lo;
-    part_elems += d.B * d.Hq * part.rows * d.D;
+    for (std::int64_t& s : part.slot) s = s < 0 ? -1 : part.slots++;
+    part_elems += d.B * d.Hq * part.slots * kBq * d.D;
   }
   const auto partials =
       allocate_large<T>(static_cast<size_t>(std::max<std::int64_t>(part_elems, 1)));
   for (std::int64_t c = 0, at = 0; c < chunks; ++c) {
     DqPart<T>& part = parts[static_cast<size_t>(c)];
     part.data = partials.get() + at;
-    at += d.B * d.Hq * part.rows * d.D;
+    at += d.B * d.Hq * part.slots * kBq * d.D;
   }
 
   const std::int64_t items = nb * nh * chunks;
