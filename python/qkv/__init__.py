@@ -36,7 +36,7 @@ import sys
 from typing import Any, Optional, Sequence, Tuple
 
 from qkv import _qkv
-from qkv._qkv import __version__, get_num_threads, set_num_threads
+from qkv._qkv import __version__, get_num_threads, release_cached_memory, set_num_threads
 
 __all__ = [
     "__version__",
@@ -45,6 +45,7 @@ __all__ = [
     "attention_weights",
     "get_num_threads",
     "masks",
+    "release_cached_memory",
     "scaled_dot_product_attention",
     "scores",
     "set_num_threads",

@@ -172,5 +172,13 @@ NB_MODULE(_qkv, m) {
         "Sets qkv's thread budget (qkv::set_num_threads): the OpenMP threads its kernels share.");
   m.def("get_num_threads", &qkv::num_threads,
         "qkv's thread budget (qkv::num_threads): the OpenMP threads its kernels share.");
+  m.def(
+      "release_cached_memory",
+      [] {
+        nb::gil_scoped_release release;
+        qkv::release_cached_memory();
+      },
+      "Frees the kernels' pooled scratch (qkv::release_cached_memory): up to 256 MiB of large "
+      "buffers kept between calls for reuse.");
   m.attr("__version__") = std::string(qkv::version());
 }

@@ -236,6 +236,22 @@ def test_threads_budget_is_qkvs_own() -> None:
     torch.set_num_threads(torch_before)
 
 
+def test_release_cached_memory_while_calls_run() -> None:
+    """qkv.release_cached_memory() frees the kernels' pooled scratch; emptying the pool while
+    Python threads run calls whose packed K (2176 keys x 4 heads x 64 x 4 bytes, 2.1 MiB) is
+    pooled changes none of their results."""
+    q, k, v = (randn(1, 2176, 4, 64, dtype=torch.float32, seed=s) for s in range(3))
+    mask = qkv.masks.sliding_window(24, 8)
+    expected = qkv.attention(q, k, v, mask_mod=mask)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(qkv.attention, q, k, v, mask_mod=mask) for _ in range(8)]
+        while not all(f.done() for f in futures):
+            qkv.release_cached_memory()
+        assert all(torch.equal(f.result(), expected) for f in futures)
+    qkv.release_cached_memory()
+    assert torch.equal(qkv.attention(q, k, v, mask_mod=mask), expected)
+
+
 def test_python_threads_give_the_sequential_results() -> None:
     """8 Python threads (the calls release the GIL) calling the forward and the backward on
     different inputs at once give bitwise the results of the same calls made one by one."""
