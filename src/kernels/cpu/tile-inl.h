@@ -190,8 +190,8 @@ void scale_rows(const T* src, std::int64_t ld, std::int64_t rows, std::int64_t d
   }
 }
 
-// Z [rows, kBk]: the dropout factor of (i0 + r, j0 + c), 0 or 1 / (1 - p). j0 is a multiple of
-// 4, so each Philox call serves four consecutive keys.
+// Z [rows, kBk]: the dropout factor of (i0 + r, j0 + c), 0 or 1 / (1 - p), and 0 past cols. j0 is a
+// multiple of 4, so each Philox call serves four consecutive keys.
 template <class T, class ScoreMod, class MaskMod>
 void dropout_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
                   std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols, T* Z) {
@@ -212,6 +212,8 @@ void dropout_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std:
         Z[r * kBk + c + lane] = keep ? kept : T(0);
       }
     }
+    // Past cols, 0: the backward multiplies whole rows of dP by Z and then tests them for NaN.
+    std::fill(Z + r * kBk + cols, Z + (r + 1) * kBk, T(0));
   }
 }
 
