@@ -133,6 +133,13 @@ AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& 
                              const Tensor& out, const Tensor& lse, const ErasedScore* score,
                              const BlockMask& block_mask, const FlexOptions& options,
                              const std::vector<Captured>& captured);
+void flex_forward_into(const Tensor& q, const Tensor& k, const Tensor& v, const ErasedScore* score,
+                       const BlockMask& block_mask, const FlexOptions& options, Tensor& out,
+                       Tensor& lse);
+void flex_backward_into(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const ErasedScore* score,
+                        const BlockMask& block_mask, const FlexOptions& options,
+                        const std::vector<Captured>& captured, AttentionGrads& grads);
 
 }  // namespace detail
 
@@ -151,6 +158,22 @@ inline AttentionOutput flex_attention(const Tensor& q, const Tensor& k, const Te
                                       const BlockMask& block_mask,
                                       const FlexOptions& options = {}) {
   return detail::flex_forward(q, k, v, nullptr, block_mask, options);
+}
+
+// The same, writing into out [B, Tq, Hq, Dv] and lse [B, Hq, Tq] (f64 for f64 inputs, else f32),
+// which the caller allocated, at any strides (a [B, H, T, D] view costs no copy). On any error
+// nothing is written.
+template <class ScoreMod>
+void flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, ScoreMod score_mod,
+                    const BlockMask& block_mask, const FlexOptions& options, Tensor& out,
+                    Tensor& lse) {
+  const detail::ErasedScore score = detail::erase_score(std::move(score_mod));
+  detail::flex_forward_into(q, k, v, &score, block_mask, options, out, lse);
+}
+inline void flex_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const BlockMask& block_mask, const FlexOptions& options, Tensor& out,
+                           Tensor& lse) {
+  detail::flex_forward_into(q, k, v, nullptr, block_mask, options, out, lse);
 }
 
 // q [B, Tq, Hq, D], k [B, Tk, Hk, D] -> P [B, Hq, Tq, Tk] (dtype of q), the attention
@@ -185,6 +208,24 @@ inline AttentionGrads flex_attention_backward(const Tensor& dout, const Tensor& 
                                               const BlockMask& block_mask,
                                               const FlexOptions& options = {}) {
   return detail::flex_backward(dout, q, k, v, out, lse, nullptr, block_mask, options, {});
+}
+
+// The same, writing into grads.dq, grads.dk and grads.dv, which the caller allocated (shaped and
+// typed like q, k, v, any strides, in memory of their own); grads.captured is replaced. On any
+// error nothing is written.
+template <class ScoreMod>
+void flex_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, ScoreMod score_mod,
+                             const BlockMask& block_mask, const FlexOptions& options,
+                             const std::vector<Captured>& captured, AttentionGrads& grads) {
+  const detail::ErasedScore score = detail::erase_score(std::move(score_mod));
+  detail::flex_backward_into(dout, q, k, v, out, lse, &score, block_mask, options, captured, grads);
+}
+inline void flex_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out, const Tensor& lse,
+                                    const BlockMask& block_mask, const FlexOptions& options,
+                                    AttentionGrads& grads) {
+  detail::flex_backward_into(dout, q, k, v, out, lse, nullptr, block_mask, options, {}, grads);
 }
 
 }  // namespace qkv

@@ -169,14 +169,8 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
     attention::expect_output(grads.dbias, "grads.dbias", options.bias.shape(), options.bias.dtype(),
                              inputs);
   }
-  const Tensor* written[] = {&grads.dq, &grads.dk, &grads.dv, &grads.dbias};
-  for (int a = 0; a < 4; ++a) {
-    for (int b = a + 1; b < 4; ++b) {
-      if (written[a]->defined() && written[b]->defined() && written[a]->overlaps(*written[b])) {
-        throw Error("grads", "dq, dk, dv and dbias in separate memory", "overlapping tensors");
-      }
-    }
-  }
+  attention::expect_apart("grads", "dq, dk, dv and dbias in separate memory",
+                          {&grads.dq, &grads.dk, &grads.dv, &grads.dbias});
   if (q.dtype() == DType::f64) {
     backward_as<double>(dims, dout, q, k, v, out, lse, options, grads);
   } else {

@@ -127,41 +127,73 @@ Tensor flex_weights(const Tensor& q, const Tensor& k, const ErasedScore* score,
 AttentionOutput flex_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                              const ErasedScore* score, const BlockMask& block_mask,
                              const FlexOptions& options) {
+  // Validated before allocating by the shapes of q, k, v.
   const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
-  const BlockMask blocks = blocks_for(block_mask, dims);
   AttentionOutput result{
       Tensor::empty(attention::out_shape(dims), q.dtype()),
       Tensor::empty(attention::lse_shape(dims), attention::lse_dtype(q.dtype()))};
+  flex_forward_into(q, k, v, score, block_mask, options, result.out, result.lse);
+  return result;
+}
+
+void flex_forward_into(const Tensor& q, const Tensor& k, const Tensor& v, const ErasedScore* score,
+                       const BlockMask& block_mask, const FlexOptions& options, Tensor& out,
+                       Tensor& lse) {
+  const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
+  const std::initializer_list<const Tensor*> inputs = {&q, &k, &v};
+  attention::expect_output(out, "out", attention::out_shape(dims), q.dtype(), inputs);
+  attention::expect_output(lse, "lse", attention::lse_shape(dims), attention::lse_dtype(q.dtype()),
+                           inputs);
+  attention::expect_apart("lse", "memory of its own (not shared with out)", {&out, &lse});
+  const BlockMask blocks = blocks_for(block_mask, dims);
+  AttentionOutput result{out, lse};  // views of the caller's memory
   if (attention::empty_problem(dims)) {
-    result.out.fill(0.0);
-    result.lse.fill(-std::numeric_limits<double>::infinity());
+    out.fill(0.0);
+    lse.fill(-std::numeric_limits<double>::infinity());
   } else if (q.dtype() == DType::f64) {
     forward_as<double>(dims, q, k, v, score, blocks, options, result);
   } else {
     forward_as<float>(dims, q, k, v, score, blocks, options, result);
   }
-  return result;
 }
 
 AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, const ErasedScore* score,
                              const BlockMask& block_mask, const FlexOptions& options,
                              const std::vector<Captured>& captured) {
+  attention::validate_inputs(q, k, v, as_options(options));  // before allocating by their shapes
+  AttentionGrads grads;
+  grads.dq = Tensor::empty(q.shape(), q.dtype());
+  grads.dk = Tensor::empty(k.shape(), k.dtype());
+  grads.dv = Tensor::empty(v.shape(), v.dtype());
+  flex_backward_into(dout, q, k, v, out, lse, score, block_mask, options, captured, grads);
+  return grads;
+}
+
+void flex_backward_into(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, const ErasedScore* score,
+                        const BlockMask& block_mask, const FlexOptions& options,
+                        const std::vector<Captured>& captured, AttentionGrads& grads) {
   const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
   attention::expect_tensor(dout, "dout", attention::out_shape(dims), q.dtype());
   attention::expect_tensor(out, "out", attention::out_shape(dims), q.dtype());
   attention::expect_tensor(lse, "lse", attention::lse_shape(dims), attention::lse_dtype(q.dtype()));
+  const std::initializer_list<const Tensor*> inputs = {&dout, &q, &k, &v, &out, &lse};
+  attention::expect_output(grads.dq, "grads.dq", q.shape(), q.dtype(), inputs);
+  attention::expect_output(grads.dk, "grads.dk", k.shape(), k.dtype(), inputs);
+  attention::expect_output(grads.dv, "grads.dv", v.shape(), v.dtype(), inputs);
+  attention::expect_apart("grads", "dq, dk and dv in separate memory",
+                          {&grads.dq, &grads.dk, &grads.dv});
   const BlockMask blocks = blocks_for(block_mask, dims);
-  AttentionGrads grads;
-  grads.dq = Tensor::zeros(q.shape(), q.dtype());
-  grads.dk = Tensor::zeros(k.shape(), k.dtype());
-  grads.dv = Tensor::zeros(v.shape(), v.dtype());
+  if (attention::empty_problem(dims)) {  // no row reads any key: zero gradients
+    for (Tensor* g : {&grads.dq, &grads.dk, &grads.dv}) g->fill(0.0);
+  }
+  grads.captured.clear();
   if (q.dtype() == DType::f64) {
     backward_as<double>(dims, dout, q, k, v, out, lse, score, blocks, options, captured, grads);
   } else {
     backward_as<float>(dims, dout, q, k, v, out, lse, score, blocks, options, captured, grads);
   }
-  return grads;
 }
 
 }  // namespace qkv::detail

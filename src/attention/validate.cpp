@@ -144,6 +144,17 @@ void expect_output(const Tensor& tensor, const char* argument, const Shape& shap
   }
 }
 
+void expect_apart(const char* argument, const char* expected,
+                  std::initializer_list<const Tensor*> outputs) {
+  for (auto a = outputs.begin(); a != outputs.end(); ++a) {
+    for (auto b = a + 1; b != outputs.end(); ++b) {
+      if ((*a)->defined() && (*b)->defined() && (*a)->overlaps(**b)) {
+        throw Error(argument, expected, "overlapping tensors");
+      }
+    }
+  }
+}
+
 kernels::Dims validate_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
                               const AttentionOptions& options) {
   expect_qkv(q, "q");

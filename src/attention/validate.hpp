@@ -24,6 +24,11 @@ void expect_tensor(const Tensor& tensor, const char* argument, const Shape& shap
 void expect_output(const Tensor& tensor, const char* argument, const Shape& shape, DType dtype,
                    std::initializer_list<const Tensor*> inputs);
 
+// Checks that no two of the defined tensors among `outputs` share memory; else throws
+// Error(argument, expected, "overlapping tensors").
+void expect_apart(const char* argument, const char* expected,
+                  std::initializer_list<const Tensor*> outputs);
+
 // x with 17 significant digits, as messages show option values.
 std::string num(double x);
 

@@ -207,10 +207,10 @@ void plot_variants(const std::vector<bench::RowResult>& rows,
 }
 
 // The median over `reps` of variant time / (full time x tiles) (or of any two shapes' times), the
-// two run alternately, one call
-// each per rep, after one warm-up call each: on this shared host the time of one row drifts by
-// 1.5x from one minute to the next (T = 8192 window fwd, AMD EPYC Zen 3 VM: 65 to 108 ms), and
-// alternating puts both sides of the ratio under the same load.
+// two run alternately, one call each per rep, after one warm-up call each: on this shared host the
+// time of one row drifts by 1.5x from one minute to the next (T = 8192 window fwd, AMD EPYC Zen 3
+// VM: 65 to 108 ms), and alternating puts both sides of the ratio under the same load. The order
+// flips from rep to rep (ABBA), so that neither side always runs in the caches the other left.
 double paired_vs_tiles(const bench::Shape& full, const bench::Shape& variant, int threads, int reps,
                        double tiles) {
   set_num_threads(threads);
@@ -218,14 +218,21 @@ double paired_vs_tiles(const bench::Shape& full, const bench::Shape& variant, in
   a.run();
   b.run();
   std::vector<double> ratios;
-  for (int rep = 0; rep < reps; ++rep) {
+  const auto seconds = [](bench::Workload& w) {
     const auto t0 = std::chrono::steady_clock::now();
-    a.run();
-    const auto t1 = std::chrono::steady_clock::now();
-    b.run();
-    const auto t2 = std::chrono::steady_clock::now();
-    ratios.push_back(std::chrono::duration<double>(t2 - t1).count() /
-                     (std::chrono::duration<double>(t1 - t0).count() * tiles));
+    w.run();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int rep = 0; rep < reps; ++rep) {
+    double ta = 0, tb = 0;
+    if (rep % 2 == 0) {
+      ta = seconds(a);
+      tb = seconds(b);
+    } else {
+      tb = seconds(b);
+      ta = seconds(a);
+    }
+    ratios.push_back(tb / (ta * tiles));
   }
   std::sort(ratios.begin(), ratios.end());
   const std::size_t n = ratios.size();

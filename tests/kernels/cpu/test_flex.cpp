@@ -393,5 +393,60 @@ TEST(FlexAttention, RefusesMismatchedBlockMasksAndBadMods) {
   expect_error([] { create_block_mask(masks::causal(), 0, 1, 8, 8); }, "B");
 }
 
+// The calls into the caller's tensors refuse a wrong shape or dtype, outputs that share memory
+// with each other or with an input, and leave every output as it was.
+TEST(FlexAttention, IntoTheCallersTensorsRefusesBadOutputsAndWritesNothing) {
+  const Inputs in = inputs(2, 100, 120, 4, 2, 16, DType::f32, 1);
+  const BlockMask blocks = create_block_mask(masks::causal(), 1, 1, 100, 120);
+  const AttentionOutput f = flex_attention(in.q, in.k, in.v, blocks);
+  const auto expect_error = [](const std::function<void()>& call, const std::string& part) {
+    try {
+      call();
+      ADD_FAILURE() << "no qkv::Error for " << part;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  const auto sentinel = [](const Shape& shape, DType dtype) {
+    Tensor t = Tensor::empty(shape, dtype);
+    t.fill(7.0);
+    return t;
+  };
+  const auto untouched = [](const Tensor& t) {
+    const std::vector<double> v = t.to_vector();
+    return std::all_of(v.begin(), v.end(), [](double x) { return x == 7.0; });
+  };
+
+  Tensor out = sentinel(f.out.shape(), DType::f32), lse = sentinel(f.lse.shape(), DType::f32);
+  Tensor short_out = sentinel({2, 99, 4, 16}, DType::f32);
+  expect_error([&] { flex_attention(in.q, in.k, in.v, blocks, {}, short_out, lse); }, "out");
+  Tensor lse_f64 = sentinel(f.lse.shape(), DType::f64);
+  expect_error([&] { flex_attention(in.q, in.k, in.v, blocks, {}, out, lse_f64); }, "lse");
+  Tensor q_copy = in.q.clone();
+  Tensor on_q = q_copy;
+  expect_error([&] { flex_attention(q_copy, in.k, in.v, blocks, {}, on_q, lse); }, "input");
+  Tensor both = sentinel({2 * 4 * 100 * 16}, DType::f32);
+  Tensor out_view = both.view({2, 100, 4, 16}), lse_view = both.slice(0, 0, 800).view({2, 4, 100});
+  expect_error([&] { flex_attention(in.q, in.k, in.v, blocks, {}, out_view, lse_view); }, "lse");
+  EXPECT_TRUE(untouched(out) && untouched(lse) && untouched(short_out) && untouched(lse_f64) &&
+              untouched(both));
+
+  AttentionGrads g;
+  g.dq = sentinel(in.q.shape(), DType::f32);
+  g.dk = sentinel(in.k.shape(), DType::f32);
+  g.dv = g.dk;  // the same memory as dk
+  const auto backward = [&] {
+    flex_attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse, blocks, {}, g);
+  };
+  expect_error(backward, "grads");
+  g.dv = sentinel({2, 120, 2, 8}, DType::f32);
+  expect_error(backward, "grads.dv");
+  const Tensor v_before = in.v.clone();
+  g.dv = in.v;  // writing dv would change v as it is read
+  expect_error(backward, "input");
+  EXPECT_TRUE(untouched(g.dq) && untouched(g.dk));
+  EXPECT_TRUE(bitwise_equal({in.v.to_vector()}, {v_before.to_vector()}));
+}
+
 }  // namespace
 }  // namespace qkv::testing

@@ -6,7 +6,10 @@
 // are staged and copied.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -133,6 +136,45 @@ TEST_P(StridedOutputs, FlexReadsStridedInputs) {
                              got_g.dk.to_vector(), got_g.dv.to_vector()},
                             {want.out.to_vector(), want.lse.to_vector(), want_g.dq.to_vector(),
                              want_g.dk.to_vector(), want_g.dv.to_vector()}));
+}
+
+// flex_attention and its backward into the caller's tensors (permuted, padded or strided outputs,
+// lse stored transposed): the very bits of the calls that allocate, with a score mod.
+TEST_P(StridedOutputs, FlexWritesIntoTheCallersTensors) {
+  const StridedCase& c = GetParam();
+  const FusedInputs in = make_inputs(c.shape, c.dtype);
+  FlexOptions options;
+  options.backend = c.backend;
+  const BlockMask blocks = create_block_mask(masks::causal_lower_right(c.shape.Tq, c.shape.Tk), 1,
+                                             1, c.shape.Tq, c.shape.Tk);
+  const auto tilt = [](auto s, std::int64_t, std::int64_t h, std::int64_t i, std::int64_t j) {
+    return s - 0.25 * static_cast<double>(h + 1) * static_cast<double>(i - j);
+  };
+  const AttentionOutput want = flex_attention(in.q, in.k, in.v, tilt, blocks, options);
+  const AttentionGrads want_g =
+      flex_attention_backward(in.dout, in.q, in.k, in.v, want.out, want.lse, tilt, blocks, options);
+  // Every output starts as NaN: an element the calls leave unwritten cannot match.
+  const auto nan_filled = [&](Tensor t) {
+    t.fill(std::numeric_limits<double>::quiet_NaN());
+    return t;
+  };
+  Tensor out = nan_filled(laid_out(Tensor::zeros(want.out.shape(), c.dtype), c.layout));
+  Tensor lse = nan_filled(lse_transposed(want.lse.shape(), want.lse.dtype()));
+  flex_attention(in.q, in.k, in.v, tilt, blocks, options, out, lse);
+  AttentionGrads g;
+  g.dq = nan_filled(laid_out(Tensor::zeros(in.q.shape(), c.dtype), c.layout));
+  g.dk = nan_filled(laid_out(Tensor::zeros(in.k.shape(), c.dtype), c.layout));
+  g.dv = nan_filled(laid_out(Tensor::zeros(in.v.shape(), c.dtype), c.layout));
+  flex_attention_backward(in.dout, in.q, in.k, in.v, out, lse, tilt, blocks, options, {}, g);
+  EXPECT_TRUE(bitwise_equal(
+      {out.to_vector(), lse.to_vector(), g.dq.to_vector(), g.dk.to_vector(), g.dv.to_vector()},
+      {want.out.to_vector(), want.lse.to_vector(), want_g.dq.to_vector(), want_g.dk.to_vector(),
+       want_g.dv.to_vector()}));
+  for (const Tensor* t : {&out, &g.dq, &g.dk, &g.dv}) {
+    const std::vector<double> values = t->to_vector();
+    EXPECT_TRUE(
+        std::all_of(values.begin(), values.end(), [](double x) { return std::isfinite(x); }));
+  }
 }
 
 std::vector<StridedCase> cases() {
