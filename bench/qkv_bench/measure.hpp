@@ -52,6 +52,10 @@ struct Shape {
 // forward, 4 * B * H * Tq * Tk * D, halved when causal; the backward is 2.5x the forward (five
 // matmuls instead of two). Softmax and masking are not counted.
 double flop_count(const Shape& shape) noexcept;
+// The type the kernels compute in for inputs stored as `storage`: f64 for f64, else f32 (bf16
+// and f16 are read as stored and computed in f32), whose FMA rate is the rows' ceiling.
+DType compute_dtype(DType storage) noexcept;
+
 // The bytes of K and V one pass reads: 2 * B * H * Tk * D * sizeof(dtype).
 double kv_bytes(const Shape& shape) noexcept;
 

@@ -44,8 +44,8 @@ void check_shape(const Shape& shape) {
   positive("Tq", shape.Tq);
   positive("Tk", shape.Tk);
   positive("D", shape.D);
-  if (shape.dtype != DType::f32 && shape.dtype != DType::f64) {
-    throw Error("dtype", "f32 or f64", std::string(dtype_name(shape.dtype)));
+  if (!is_floating(shape.dtype)) {
+    throw Error("dtype", "f32, f64, bf16 or f16", std::string(dtype_name(shape.dtype)));
   }
 }
 
@@ -71,6 +71,10 @@ double flop_count(const Shape& shape) noexcept {
                          static_cast<double>(shape.Tq) * static_cast<double>(shape.Tk) *
                          static_cast<double>(shape.D) / (shape.causal ? 2.0 : 1.0);
   return shape.pass == Pass::fwd ? forward : 2.5 * forward;
+}
+
+DType compute_dtype(DType storage) noexcept {
+  return storage == DType::f64 ? DType::f64 : DType::f32;
 }
 
 double kv_bytes(const Shape& shape) noexcept {
@@ -263,7 +267,8 @@ RowResult run_row(const Shape& shape, int threads, int requested_reps, const Pea
       work.run();
       times.push_back(seconds_since(start));
       if (probe && !shape.is_decode()) {
-        bursts.push_back(fma_burst_gflops(shape.dtype, threads, kBurstIterationsLog2));
+        bursts.push_back(
+            fma_burst_gflops(compute_dtype(shape.dtype), threads, kBurstIterationsLog2));
         fractions.push_back(flop_count(shape) / times.back() * 1e-9 / bursts.back());
       }
     }

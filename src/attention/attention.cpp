@@ -31,10 +31,11 @@ struct Prepared {
   std::shared_ptr<const detail::BlockMaskData> blocks;
   kernels::FwdParams<T> params;
 
-  // with_blocks: for the fused kernels, which walk the block mask.
+  // with_blocks: for the fused kernels, which walk the block mask; reader: who reads q, k, v.
   Prepared(const kernels::Dims& dims, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-           const AttentionOptions& options, bool with_blocks)
-      : inputs(q_in, k_in, v_in) {
+           const AttentionOptions& options, bool with_blocks,
+           attention::Reader reader = attention::Reader::any)
+      : inputs(q_in, k_in, v_in, reader) {
     kernels::FwdParams<T>& p = params;
     inputs.into(p, dims, options.scale, {options.dropout_p, options.seed, options.offset});
     if (options.mask.defined()) mask = options.mask.contiguous();
@@ -69,7 +70,8 @@ void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, con
     return;
   }
   const bool reference = use_reference(options.backend);
-  const Prepared<T> prepared(dims, q, k, v, options, !reference);
+  const Prepared<T> prepared(dims, q, k, v, options, !reference,
+                             reference ? attention::Reader::any : attention::Reader::fused_forward);
   attention::run_forward(prepared.params, reference, out, lse);
 }
 

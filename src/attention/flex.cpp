@@ -48,8 +48,8 @@ struct FlexPrepared {
 
   FlexPrepared(const kernels::Dims& dims, const Tensor& q_in, const Tensor& k_in,
                const Tensor& v_in, const ErasedScore* score, const BlockMask& blocks,
-               const FlexOptions& options)
-      : inputs(q_in, k_in, v_in) {
+               const FlexOptions& options, attention::Reader reader = attention::Reader::any)
+      : inputs(q_in, k_in, v_in, reader) {
     inputs.into(params, dims, options.scale, {options.dropout_p, options.seed, options.offset});
     params.score_mod.erased = score;
     params.mask_mod.erased = &blocks.data().mask;
@@ -61,9 +61,11 @@ template <class T>
 void forward_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, const Tensor& v,
                 const ErasedScore* score, const BlockMask& blocks, const FlexOptions& options,
                 AttentionOutput& result) {
-  const FlexPrepared<T> prepared(dims, q, k, v, score, blocks, options);
-  attention::run_forward(prepared.params, attention::use_reference(options.backend), result.out,
-                         result.lse);
+  const bool reference = attention::use_reference(options.backend);
+  const FlexPrepared<T> prepared(
+      dims, q, k, v, score, blocks, options,
+      reference ? attention::Reader::any : attention::Reader::fused_forward);
+  attention::run_forward(prepared.params, reference, result.out, result.lse);
 }
 
 // grads.captured <- the gradients of the captured tensors (zeros where the problem is empty).

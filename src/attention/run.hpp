@@ -6,11 +6,14 @@
 // of the threads.
 
 #include <cmath>
+#include <cstdint>
 #include <optional>
+#include <type_traits>
 
 #include "attention/common.hpp"
 #include "core/thread_budget.hpp"
 #include "kernels/cpu/entry.hpp"
+#include "kernels/cpu/tile_traits.hpp"
 #include "kernels/cpu/weights.hpp"
 #include "kernels/reference/entry.hpp"
 #include "qkv/system.hpp"
@@ -58,13 +61,41 @@ class Writable {
   Tensor tensor_;
 };
 
-// q, k, v as the kernels read them (readable), alive for as long as params point into them.
+// Who reads q, k and v: any backend (k and v readable in T), or the fused forward, whose decode
+// kernel reads a KV cache in bf16 or f16 as it lies (computing in f32) where it takes the problem.
+enum class Reader { any, fused_forward };
+
+// Whether the fused forward reads k and v (4 dimensions) in their own 16-bit dtype: computing in
+// f32, with at most TileTraits::kDecodeMaxQueries queries (the decode kernel's problems), k and v
+// both bf16 or both f16, their last dimension contiguous.
+template <class T>
+bool reads_half_kv(Reader reader, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const auto contiguous_last = [](const Tensor& t) { return t.size(-1) <= 1 || t.stride(-1) == 1; };
+  return reader == Reader::fused_forward && std::is_same_v<T, float> &&
+         q.size(1) <= kernels::cpu::TileTraits::kDecodeMaxQueries &&
+         (k.dtype() == DType::bf16 || k.dtype() == DType::f16) && v.dtype() == k.dtype() &&
+         contiguous_last(k) && contiguous_last(v);
+}
+
+// q, k, v as the kernels read them (readable, or k and v as they are where reads_half_kv), alive
+// for as long as params point into them.
 template <class T>
 struct ComputeInputs {
   Tensor q, k, v;
+  kernels::HalfKind half = kernels::HalfKind::none;
 
-  ComputeInputs(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in)
-      : q(readable<T>(q_in)), k(readable<T>(k_in)), v(readable<T>(v_in)) {}
+  ComputeInputs(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                Reader reader = Reader::any)
+      : q(readable<T>(q_in)) {
+    if (reads_half_kv<T>(reader, q_in, k_in, v_in)) {
+      k = k_in;
+      v = v_in;
+      half = k.dtype() == DType::bf16 ? kernels::HalfKind::bf16 : kernels::HalfKind::f16;
+    } else {
+      k = readable<T>(k_in);
+      v = readable<T>(v_in);
+    }
+  }
 
   // Sizes, q, k, v, the resolved scale (default 1 / sqrt(D)) and dropout into params p.
   template <class Params>
@@ -72,8 +103,12 @@ struct ComputeInputs {
             const kernels::DropoutParams& dropout) const {
     p.dims = dims;
     p.q = rows_of<const T>(q);
-    p.k = rows_of<const T>(k);
-    p.v = rows_of<const T>(v);
+    if (half == kernels::HalfKind::none) {
+      p.k = rows_of<const T>(k);
+      p.v = rows_of<const T>(v);
+    } else {
+      p.half_kv = {half, rows_of<const std::uint16_t>(k), rows_of<const std::uint16_t>(v)};
+    }
     p.scale = static_cast<T>(scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.D))));
     p.dropout = dropout;
   }

@@ -6,6 +6,7 @@
 // sizes, the resolved scale, the score mod and the mask mod (the built-in options by default,
 // flex_attention's erased mods otherwise), the block mask the fused kernels walk, and dropout.
 
+#include "kernels/half_kv.hpp"
 #include "kernels/mods.hpp"
 #include "kernels/params.hpp"
 
@@ -23,6 +24,9 @@ struct FwdParams {
   Rows<const T> q;  // [B, Tq, Hq, D]
   Rows<const T> k;  // [B, Tk, Hk, D]
   Rows<const T> v;  // [B, Tk, Hk, Dv]
+  // K and V in bf16 or f16 instead of k and v (kind none: not used): a KV cache the decode
+  // kernel reads in place, for T = float and Tq <= cpu::TileTraits::kDecodeMaxQueries only.
+  HalfKv half_kv;
   Rows<T> out;      // [B, Tq, Hq, Dv]: written by the forward, read by the backward
   RowStats<T> lse;  // [B, Hq, Tq]: written by the forward, read by the backward
   T scale = 1;

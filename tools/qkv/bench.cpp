@@ -12,6 +12,8 @@
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +35,7 @@ struct BenchOptions {
   bool peak = false;
   bool quick = false;
   bool no_decode = false;
+  bool decode_only = false;
   std::string json_path;
   std::string plot_path;
   int threads = 0;  // 0: num_threads()
@@ -56,6 +59,27 @@ std::string cpu_model() {
     }
   }
   return "unknown";
+}
+
+// The SIMD and matrix-unit flags of /proc/cpuinfo that decide the kernels' paths (those the
+// first "flags" line lists, in its order), so that a figure carries what the CPU could run.
+std::vector<std::string> cpu_flags() {
+  static const std::set<std::string> kWanted = {
+      "sse4_2",      "avx",      "avx2",     "fma",         "f16c",
+      "avx512f",     "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+      "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8",    "amx_fp16"};
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  std::vector<std::string> flags;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    for (std::string flag; words >> flag;) {
+      if (kWanted.count(flag) != 0) flags.push_back(flag);
+    }
+    break;
+  }
+  return flags;
 }
 
 // The 1-minute load average, or -1 where /proc/loadavg cannot be read. Other work on the
@@ -337,6 +361,7 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
   if (json_file.is_open()) {
     nlohmann::ordered_json doc;
     doc["machine"] = {{"cpu", cpu_model()},
+                      {"cpu_flags", cpu_flags()},
                       {"threads", threads},
                       {"simd_targets", simd_targets()},
                       {"qkv_version", std::string(version())},
@@ -350,7 +375,10 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
 
 void run_bench(const BenchOptions& opt) {
   const int threads = opt.threads > 0 ? opt.threads : num_threads();
-  const DType dtype = opt.dtype == "f64" ? DType::f64 : DType::f32;
+  const DType dtype = opt.dtype == "f64"    ? DType::f64
+                      : opt.dtype == "bf16" ? DType::bf16
+                      : opt.dtype == "f16"  ? DType::f16
+                                            : DType::f32;
   std::vector<std::int64_t> ts =
       opt.quick ? std::vector<std::int64_t>{256, 512} : bench::kDefaultTs;
   std::vector<std::int64_t> ds = opt.quick ? std::vector<std::int64_t>{64} : bench::kDefaultDs;
@@ -360,6 +388,7 @@ void run_bench(const BenchOptions& opt) {
   if (!opt.ds.empty()) ds = opt.ds;
   if (!opt.decode_tks.empty()) decode_tks = opt.decode_tks;
   if (opt.no_decode) decode_tks.clear();
+  if (opt.decode_only) ts.clear();
   std::vector<bench::Shape> shapes;
   for (const bench::Shape& shape : bench::suite(ts, ds, decode_tks, dtype)) {
     bool wanted = opt.passes.empty();
@@ -419,6 +448,7 @@ void run_bench(const BenchOptions& opt) {
         opt.peak ? nlohmann::ordered_json(rounded(peaks.gflops_f64, 2)) : nullptr;
     doc["stream_gbps"] = opt.peak ? nlohmann::ordered_json(rounded(peaks.stream_gbps, 2)) : nullptr;
     doc["machine"] = {{"cpu", cpu_model()},
+                      {"cpu_flags", cpu_flags()},
                       {"threads", threads},
                       {"simd_targets", simd_targets()},
                       {"qkv_version", std::string(version())},
@@ -461,6 +491,7 @@ void add_bench(CLI::App& app) {
       ->transform(integer<std::int64_t>(1))
       ->delimiter(',');
   cmd->add_flag("--no-decode", opt->no_decode, "Leave out the decode rows");
+  cmd->add_flag("--decode-only", opt->decode_only, "Only the decode rows")->excludes("--no-decode");
   CLI::Option* variants =
       cmd->add_flag("--variants", opt->variants,
                     "The sparse patterns through flex_attention instead (full, causal, window 256, "
@@ -475,8 +506,10 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--pass", opt->passes, "Only these passes (fwd, bwd)")
       ->check(CLI::IsMember({"fwd", "bwd"}))
       ->delimiter(',');
-  cmd->add_option("--dtype", opt->dtype, "Storage and compute type")
-      ->check(CLI::IsMember({"f32", "f64"}));
+  cmd->add_option("--dtype", opt->dtype,
+                  "Storage type of q, k, v, out (and dout, grads); bf16 and f16 compute in f32: "
+                  "decode rows read K and V as stored, the others convert them")
+      ->check(CLI::IsMember({"f32", "f64", "bf16", "f16"}));
   cmd->add_option("--layout", opt->layout,
                   "Where q, k, v, out, dout and the gradients lie: bthd ([B, T, H, D], "
                   "contiguous), bhtd ([B, H, T, D] memory passed as permuted views, read and "

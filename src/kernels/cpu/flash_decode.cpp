@@ -1,14 +1,16 @@
 // The fused forward for decoding: up to TileTraits::kDecodeMaxQueries queries against a long KV
-// cache. K and V are read once, key by key and in order (no packed tiles), in splits of
-// kDecodeSplit keys that threads take in parallel; each split leaves a partial online-softmax
-// state per query row (softmax_state-inl.h), merged exactly at the end (split-KV, as
-// FlashDecoding). Every mod and the block mask as in the tiled forward (flash_fwd.cpp).
+// cache, in the compute type or (f32) in bf16 or f16 as the cache lies. K and V are read once, key
+// by key and in order (no packed tiles), in splits of kDecodeSplit keys that threads take in
+// parallel; each split leaves a partial online-softmax state per query row (softmax_state-inl.h),
+// merged exactly at the end (split-KV, as FlashDecoding). Every mod and the block mask as in the
+// tiled forward (flash_fwd.cpp).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/flash_decode.cpp"
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/aligned_allocator.h"
@@ -16,6 +18,7 @@
 #include "hwy/highway.h"
 #include "kernels/block_view.hpp"
 #include "kernels/cpu/decode.hpp"
+#include "kernels/cpu/load_as-inl.h"
 #include "kernels/cpu/softmax_state-inl.h"
 #include "kernels/cpu/tile-inl.h"
 
@@ -28,18 +31,32 @@ struct HeadRange {
   std::int64_t hi = 0;
 };
 
+// Where the kernel reads K and V: the params' rows (E = T), or a KV cache in bf16 or f16 (E = Bf16
+// or F16, kernels/half_kv.hpp) read as it lies and converted exactly to f32 as it is loaded.
+template <class E>
+struct KvRows {
+  Rows<const E> k;  // [B, Tk, Hk, D]
+  Rows<const E> v;  // [B, Tk, Hk, Dv]
+};
+
+template <class E>
+Rows<const E> tagged(const Rows<const std::uint16_t>& bits) {
+  return {reinterpret_cast<const E*>(bits.data), bits.batch, bits.row, bits.head};
+}
+
 // The scores (scale q_i) . k_j (q_scaled: scale * Q, [B, Tq, Hq, D] contiguous) of the rows
 // [0, live) of the heads in `heads` of batch b against keys [j0, j0 + cols), into S [Hq * Tq, kBk]
 // (row h * Tq + i). Key by key: the K rows of one key, all heads side by side, are one contiguous
 // run, so K streams through memory in order and the hardware prefetchers follow it (head by head it
 // would jump Hk * D elements per key, a page at D = 128, Hk = 8, where they stop).
-template <class T, class ScoreMod, class MaskMod>
-void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const T* q_scaled, std::int64_t b,
-                   HeadRange heads, std::int64_t live, std::int64_t j0, std::int64_t cols, T* S) {
+template <class T, class ScoreMod, class MaskMod, class E>
+void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv, const T* q_scaled,
+                   std::int64_t b, HeadRange heads, std::int64_t live, std::int64_t j0,
+                   std::int64_t cols, T* S) {
   const Dims& d = p.dims;
   for (std::int64_t c = 0; c < cols; ++c) {
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
-      const T* k = p.k.at(b, j0 + c, h / d.group());
+      const E* k = kv.k.at(b, j0 + c, h / d.group());
       for (std::int64_t i = 0; i < live; ++i) {
         const T* q = q_scaled + ((b * d.Tq + i) * d.Hq + h) * d.D;
         S[(h * d.Tq + i) * kBk + c] = score_dot(q, k, d.D);
@@ -59,25 +76,39 @@ void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const T* q_scaled, 
 // `heads`), with P [Hq * Tq, kBk] as decode_scores lays it out; kinds [Hq]: each head's tile.
 // Key by key, so V streams in order too. In a partial tile, only the pairs the mask keeps: a
 // value the mask drops (a KV cache's unused tail) may hold anything, and 0 * NaN is NaN.
-template <class T, class ScoreMod, class MaskMod>
-void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, HeadRange heads,
-                   std::int64_t live, std::int64_t j0, std::int64_t cols, const TileKind* kinds,
-                   const T* P, T* acc) {
+template <class T, class ScoreMod, class MaskMod, class E>
+void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv, std::int64_t b,
+                   HeadRange heads, std::int64_t live, std::int64_t j0, std::int64_t cols,
+                   const TileKind* kinds, const T* P, T* acc) {
   const Dims& d = p.dims;
-  for (std::int64_t c = 0; c < cols; ++c) {
+  std::int64_t c = 0;
+  // Four keys at a time where a head's tile is full: each accumulator row is loaded and stored
+  // once per four keys instead of once per key, with the same multiply-adds in the same order.
+  for (; c + 4 <= cols; c += 4) {
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
-      if (kinds[h] == TileKind::empty) continue;
-      const T* v = p.v.at(b, j0 + c, h / d.group());
+      if (kinds[h] != TileKind::full) continue;
+      const std::int64_t hk = h / d.group();
+      const E* v[4] = {kv.v.at(b, j0 + c, hk), kv.v.at(b, j0 + c + 1, hk),
+                       kv.v.at(b, j0 + c + 2, hk), kv.v.at(b, j0 + c + 3, hk)};
       for (std::int64_t i = 0; i < live; ++i) {
-        if (kinds[h] == TileKind::partial && !p.mask_mod(b, h, i, j0 + c)) continue;
-        axpy(P[(h * d.Tq + i) * kBk + c], v, acc + (h * d.Tq + i) * d.Dv, d.Dv);
+        axpy4(P + (h * d.Tq + i) * kBk + c, v, acc + (h * d.Tq + i) * d.Dv, d.Dv);
+      }
+    }
+  }
+  for (std::int64_t k = 0; k < cols; ++k) {
+    for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+      if (kinds[h] == TileKind::empty || (kinds[h] == TileKind::full && k < c)) continue;
+      const E* v = kv.v.at(b, j0 + k, h / d.group());
+      for (std::int64_t i = 0; i < live; ++i) {
+        if (kinds[h] == TileKind::partial && !p.mask_mod(b, h, i, j0 + k)) continue;
+        axpy(P[(h * d.Tq + i) * kBk + k], v, acc + (h * d.Tq + i) * d.Dv, d.Dv);
       }
     }
   }
 }
 
-template <class T, class ScoreMod, class MaskMod>
-void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p) {
+template <class T, class ScoreMod, class MaskMod, class E>
+void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv) {
   const Dims& d = p.dims;
   const std::int64_t splits = (d.Tk + TileTraits::kDecodeSplit - 1) / TileTraits::kDecodeSplit;
   const std::int64_t rows = d.B * d.Hq * d.Tq;  // one partial state per query row and split
@@ -127,13 +158,13 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p) {
           any = any || kinds[h] != TileKind::empty;
         }
         if (!any) continue;
-        decode_scores(p, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
+        decode_scores(p, kv, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
         for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
           if (kinds[h] == TileKind::empty) continue;
           softmax_tile(p, b, h, 0, live, j0, cols, &kinds[h], scratch.s.get() + h * d.Tq * kBk,
                        scratch.z.get(), state.rows_from(h * d.Tq, d.Dv));
         }
-        decode_values(p, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), state.acc);
+        decode_values(p, kv, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), state.acc);
       }
       for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
         for (std::int64_t i = 0; i < d.Tq; ++i) {
@@ -159,10 +190,24 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p) {
   }
 }
 
-void DecodeF32(const FwdParams<float>& p) { decode_impl(p); }
-void DecodeF64(const FwdParams<double>& p) { decode_impl(p); }
-void FlexDecodeF32(const FlexFwdParams<float>& p) { decode_impl(p); }
-void FlexDecodeF64(const FlexFwdParams<double>& p) { decode_impl(p); }
+// K and V where the params say (p.half_kv).
+template <class T, class ScoreMod, class MaskMod>
+void decode_any(const FwdParams<T, ScoreMod, MaskMod>& p) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.half_kv.kind == HalfKind::bf16) {
+      return decode_impl(p, KvRows<Bf16>{tagged<Bf16>(p.half_kv.k), tagged<Bf16>(p.half_kv.v)});
+    }
+    if (p.half_kv.kind == HalfKind::f16) {
+      return decode_impl(p, KvRows<F16>{tagged<F16>(p.half_kv.k), tagged<F16>(p.half_kv.v)});
+    }
+  }
+  decode_impl(p, KvRows<T>{p.k, p.v});
+}
+
+void DecodeF32(const FwdParams<float>& p) { decode_any(p); }
+void DecodeF64(const FwdParams<double>& p) { decode_any(p); }
+void FlexDecodeF32(const FlexFwdParams<float>& p) { decode_any(p); }
+void FlexDecodeF64(const FlexFwdParams<double>& p) { decode_any(p); }
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -13,6 +13,7 @@
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "kernels/cpu/load_as-inl.h"
 #include "kernels/cpu/tile_traits.hpp"
 #include "kernels/flash_params.hpp"
 #include "qkv/philox.hpp"
@@ -151,27 +152,37 @@ void score_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::i
   }
 }
 
+// a * b + c as the vector lanes compute it (one fused multiply-add where the target has one), for
+// the scalar tails: written as a * b + c, the compiler contracted it in one instantiation of
+// score_dot and not in another (f32 against bf16 keys, AVX2), and the bits differed.
+template <class T>
+T mul_add(T a, T b, T c) {
+  const hn::CappedTag<T, 1> d1;
+  return hn::GetLane(hn::MulAdd(hn::Set(d1, a), hn::Set(d1, b), hn::Set(d1, c)));
+}
+
 // q . k over dim elements, for decode shapes (Tq <= TileTraits::kDecodeMaxQueries): four vector
 // accumulators (the FMA chain of one product is dim / (4 L) long), their sum, then the scalar
 // tail. The split-keys forward and the backward's tiles of such problems both take their scores
 // from here, so that the backward recomputes bitwise the scores the forward's lse came from: with
 // different summation orders, scores of 1e8 in f32 (an ulp of 8) gave the backward P = exp(s -
-// lse) far above 1.
-template <class T>
-T score_dot(const T* HWY_RESTRICT q, const T* HWY_RESTRICT k, std::int64_t dim) {
+// lse) far above 1. k may be stored as bf16 or f16 (E, load_as-inl.h): the same arithmetic on
+// the same f32 values, so a KV cache read in place gives the bits of the cache converted first.
+template <class T, class E>
+T score_dot(const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, std::int64_t dim) {
   const hn::ScalableTag<T> d;
   const auto L = static_cast<std::int64_t>(hn::Lanes(d));
   auto acc0 = hn::Zero(d), acc1 = hn::Zero(d), acc2 = hn::Zero(d), acc3 = hn::Zero(d);
   std::int64_t x = 0;
   for (; x + 4 * L <= dim; x += 4 * L) {
-    acc0 = hn::MulAdd(hn::LoadU(d, q + x), hn::LoadU(d, k + x), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(d, q + x + L), hn::LoadU(d, k + x + L), acc1);
-    acc2 = hn::MulAdd(hn::LoadU(d, q + x + 2 * L), hn::LoadU(d, k + x + 2 * L), acc2);
-    acc3 = hn::MulAdd(hn::LoadU(d, q + x + 3 * L), hn::LoadU(d, k + x + 3 * L), acc3);
+    acc0 = hn::MulAdd(hn::LoadU(d, q + x), load_as(d, k + x), acc0);
+    acc1 = hn::MulAdd(hn::LoadU(d, q + x + L), load_as(d, k + x + L), acc1);
+    acc2 = hn::MulAdd(hn::LoadU(d, q + x + 2 * L), load_as(d, k + x + 2 * L), acc2);
+    acc3 = hn::MulAdd(hn::LoadU(d, q + x + 3 * L), load_as(d, k + x + 3 * L), acc3);
   }
-  for (; x + L <= dim; x += L) acc0 = hn::MulAdd(hn::LoadU(d, q + x), hn::LoadU(d, k + x), acc0);
+  for (; x + L <= dim; x += L) acc0 = hn::MulAdd(hn::LoadU(d, q + x), load_as(d, k + x), acc0);
   T sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
-  for (; x < dim; ++x) sum += q[x] * k[x];
+  for (; x < dim; ++x) sum = mul_add(q[x], value_as<T>(k[x]), sum);
   return sum;
 }
 
@@ -295,17 +306,39 @@ void exp_rows(T* x, std::int64_t n) {
   }
 }
 
-// y[n] += a * x[n] for n < count (any count).
-template <class T>
-void axpy(T a, const T* HWY_RESTRICT x, T* HWY_RESTRICT y, std::int64_t count) {
+// y[n] += a * x[n] for n < count (any count; x stored as E, load_as-inl.h).
+template <class T, class E>
+void axpy(T a, const E* HWY_RESTRICT x, T* HWY_RESTRICT y, std::int64_t count) {
   const hn::ScalableTag<T> d;
   const auto L = static_cast<std::int64_t>(hn::Lanes(d));
   const auto va = hn::Set(d, a);
   std::int64_t n = 0;
   for (; n + L <= count; n += L) {
-    hn::StoreU(hn::MulAdd(va, hn::LoadU(d, x + n), hn::LoadU(d, y + n)), d, y + n);
+    hn::StoreU(hn::MulAdd(va, load_as(d, x + n), hn::LoadU(d, y + n)), d, y + n);
   }
-  for (; n < count; ++n) y[n] += a * x[n];
+  for (; n < count; ++n) y[n] = mul_add(a, value_as<T>(x[n]), y[n]);
+}
+
+// y[n] += a[u] * x[u][n] for u = 0, 1, 2, 3 in turn (four axpy calls' operations in their order,
+// so the same bits) with y loaded and stored once.
+template <class T, class E>
+void axpy4(const T* a, const E* const* x, T* HWY_RESTRICT y, std::int64_t count) {
+  const hn::ScalableTag<T> d;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto a0 = hn::Set(d, a[0]), a1 = hn::Set(d, a[1]), a2 = hn::Set(d, a[2]),
+             a3 = hn::Set(d, a[3]);
+  std::int64_t n = 0;
+  for (; n + L <= count; n += L) {
+    auto yn = hn::MulAdd(a0, load_as(d, x[0] + n), hn::LoadU(d, y + n));
+    yn = hn::MulAdd(a1, load_as(d, x[1] + n), yn);
+    yn = hn::MulAdd(a2, load_as(d, x[2] + n), yn);
+    hn::StoreU(hn::MulAdd(a3, load_as(d, x[3] + n), yn), d, y + n);
+  }
+  for (; n < count; ++n) {
+    T yn = y[n];
+    for (int u = 0; u < 4; ++u) yn = mul_add(a[u], value_as<T>(x[u][n]), yn);
+    y[n] = yn;
+  }
 }
 
 // Whether x[0, count) holds only finite numbers: x * 0 is 0 for those and NaN for inf and NaN.

@@ -1,0 +1,55 @@
+// Loads of a row stored as E into lanes of the compute type T: E = T as it is, E = Bf16 or F16
+// (kernels/half_kv.hpp) converted exactly to f32. Per-target include guard.
+#if defined(QKV_KERNELSCPU_LOAD_AS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_KERNELSCPU_LOAD_AS_INL_H_
+#undef QKV_KERNELSCPU_LOAD_AS_INL_H_
+#else
+#define QKV_KERNELSCPU_LOAD_AS_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "kernels/half_kv.hpp"
+#include "qkv/half.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Lanes(d) elements from p, unaligned.
+template <class D>
+hn::Vec<D> load_as(D d, const hn::TFromD<D>* HWY_RESTRICT p) {
+  return hn::LoadU(d, p);
+}
+template <class D>
+hn::Vec<D> load_as(D d, const Bf16* HWY_RESTRICT p) {
+  const hn::Rebind<std::uint16_t, D> du;
+  const hn::Rebind<hwy::bfloat16_t, D> dh;
+  return hn::PromoteTo(d, hn::BitCast(dh, hn::LoadU(du, &p->bits)));
+}
+template <class D>
+hn::Vec<D> load_as(D d, const F16* HWY_RESTRICT p) {
+  const hn::Rebind<std::uint16_t, D> du;
+  const hn::Rebind<hwy::float16_t, D> dh;
+  return hn::PromoteTo(d, hn::BitCast(dh, hn::LoadU(du, &p->bits)));
+}
+
+// One element, for the tails.
+template <class T>
+T value_as(T x) {
+  return x;
+}
+template <class T>
+T value_as(Bf16 x) {
+  return bf16_bits_to_f32(x.bits);
+}
+template <class T>
+T value_as(F16 x) {
+  return f16_bits_to_f32(x.bits);
+}
+
+}  // namespace qkv::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif

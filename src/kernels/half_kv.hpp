@@ -1,0 +1,32 @@
+#pragma once
+
+// K and V in 16-bit storage (a KV cache in bf16 or f16) as the decode kernel reads them in place:
+// the kernels compute in f32, and every bf16 or f16 value converts to f32 exactly, so reading the
+// cache as it lies gives the very bits of converting it first (and costs half the bytes).
+
+#include <cstdint>
+
+#include "kernels/params.hpp"
+
+namespace qkv::kernels {
+
+// Element tags of the two formats: the bits of one value (Rows<const Bf16> walks a bf16 tensor).
+struct Bf16 {
+  std::uint16_t bits;
+};
+struct F16 {
+  std::uint16_t bits;
+};
+static_assert(sizeof(Bf16) == 2 && sizeof(F16) == 2, "tags are the bare bits");
+
+enum class HalfKind : std::uint8_t { none, bf16, f16 };
+
+// kind none: the kernels read k and v of the params; else K [B, Tk, Hk, D] and V [B, Tk, Hk, Dv]
+// here, in that format (only the decode kernel, computing in f32, is handed these).
+struct HalfKv {
+  HalfKind kind = HalfKind::none;
+  Rows<const std::uint16_t> k;
+  Rows<const std::uint16_t> v;
+};
+
+}  // namespace qkv::kernels

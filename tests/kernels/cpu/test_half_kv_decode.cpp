@@ -1,0 +1,191 @@
+// The decode kernel reading a KV cache in bf16 or f16 as it lies (kernels/half_kv.hpp): every
+// 16-bit value converts to f32 exactly and the kernel computes in f32, so its results must be the
+// very bits of the same call on the cache converted to f32 first, on every SIMD target, with
+// every option and with flex mods; and within FlashAttention's rule of the f64 reference.
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/fused_case.hpp"
+#include "qkv/qkv.hpp"
+
+namespace qkv::testing {
+namespace {
+
+struct HalfCase {
+  FusedCase shape;
+  DType dtype;
+};
+
+std::string describe(const HalfCase& c) {
+  return c.shape.name() + "_" + std::string(dtype_name(c.dtype));
+}
+
+// The same call on q, k, v (and bias) converted to f32, outputs rounded back to the 16-bit dtype.
+AttentionOutput converted_first(const FusedInputs& in, const AttentionOptions& options,
+                                DType dtype) {
+  AttentionOptions o = options;
+  if (o.bias.defined()) o.bias = o.bias.to(DType::f32);
+  AttentionOutput r =
+      attention_forward(in.q.to(DType::f32), in.k.to(DType::f32), in.v.to(DType::f32), o);
+  r.out = r.out.to(dtype);
+  return r;
+}
+
+class HalfKvDecode : public ::testing::TestWithParam<HalfCase> {};
+
+TEST_P(HalfKvDecode, SameBitsAsTheCacheConvertedFirstOnEveryTarget) {
+  const HalfCase& c = GetParam();
+  const FusedInputs in = make_inputs(c.shape, c.dtype);
+  AttentionOptions options = in.options;
+  options.backend = Backend::cpu;
+  int tested = 0;
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    const AttentionOutput got = attention_forward(in.q, in.k, in.v, options);
+    const AttentionOutput want = converted_first(in, options, c.dtype);
+    EXPECT_EQ(got.out.dtype(), c.dtype);
+    EXPECT_EQ(got.lse.dtype(), DType::f32);
+    EXPECT_TRUE(bitwise_equal({got.out.to_vector(), got.lse.to_vector()},
+                              {want.out.to_vector(), want.lse.to_vector()}));
+    ++tested;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_GE(tested, 2);
+}
+
+// FlashAttention's rule: the error of out against the f64 reference at most twice that of the
+// reference computed from the same 16-bit inputs and rounded to the same dtype (plus a rounding
+// unit of f32 for rows whose reference error is 0). Dropout draws the same mask in every backend.
+TEST_P(HalfKvDecode, WithinTwiceTheLowPrecisionReferencesError) {
+  const HalfCase& c = GetParam();
+  const FusedInputs in = make_inputs(c.shape, c.dtype);
+  AttentionOptions cpu = in.options, ref = in.options, ref64 = in.options;
+  cpu.backend = Backend::cpu;
+  ref.backend = ref64.backend = Backend::reference;
+  if (ref64.bias.defined()) ref64.bias = ref64.bias.to(DType::f64);
+  const AttentionOutput exact =
+      attention_forward(in.q.to(DType::f64), in.k.to(DType::f64), in.v.to(DType::f64), ref64);
+  const AttentionOutput low = attention_forward(in.q, in.k, in.v, ref);
+  const AttentionOutput got = attention_forward(in.q, in.k, in.v, cpu);
+  const double slack = 1e-6 * std::max(1.0, max_abs(exact.out));
+  EXPECT_LE(max_error(got.out, exact.out), 2 * max_error(low.out, exact.out) + slack);
+  EXPECT_LE(max_error(got.lse, exact.lse), 2 * max_error(low.lse, exact.lse) + 1e-5);
+}
+
+std::vector<HalfCase> cases() {
+  std::vector<FusedCase> shapes;
+  FusedCase one;  // a single query, GQA, a causal cache over two splits, padded batches
+  one.B = 3;
+  one.Tq = 1;
+  one.Tk = 2100;
+  one.Hq = 8;
+  one.Hk = 2;
+  one.D = one.Dv = 128;
+  one.causal = Causal::bottom_right;
+  one.padding = true;
+  shapes.push_back(one);
+  FusedCase few = one;  // D and Dv off the vector width (the scalar tails), a window, ALiBi, cap
+  few.B = 1;
+  few.Tq = 4;
+  few.Tk = 700;
+  few.D = 37;
+  few.Dv = 21;
+  few.Hq = 6;
+  few.Hk = 3;
+  few.padding = false;
+  few.causal = Causal::none;
+  few.window = {200, 0};
+  few.alibi = true;
+  few.softcap = 20.0;
+  shapes.push_back(few);
+  FusedCase most = one;  // the most decode rows, a bias, a keep-mask, dropout, heads-first views
+  most.B = 2;
+  most.Tq = 16;
+  most.Tk = 1500;
+  most.D = most.Dv = 64;
+  most.Hq = most.Hk = 4;
+  most.padding = false;
+  most.causal = Causal::none;
+  most.bias = most.mask = true;
+  most.dropout = 0.1;
+  most.strided = true;
+  shapes.push_back(most);
+  std::vector<HalfCase> out;
+  for (const FusedCase& s : shapes) {
+    for (const DType t : {DType::bf16, DType::f16}) out.push_back({s, t});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Caches, HalfKvDecode, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<HalfCase>& info) {
+                           return describe(info.param);
+                         });
+
+// A KV cache as engines keep one: [B, Hk, capacity, D] in f16, read through a permuted view of
+// its first Tk positions, with NaN in the keys and values past each batch's length (never read
+// into a result); flex_attention with a score mod over it gives the bits of the converted call.
+TEST(HalfKvDecode, ReadsACacheViewAndNeverItsUnusedTail) {
+  const std::int64_t B = 2, Hq = 8, Hk = 2, capacity = 4096, Tk = 3000, D = 128, Tq = 2;
+  Generator g(11);
+  const auto cache = [&] {
+    return Tensor::randn({B, Hk, capacity, D}, g, DType::f64).to(DType::f16);
+  };
+  Tensor k_cache = cache(), v_cache = cache();
+  const std::vector<std::int64_t> lengths = {2500, 1999};
+  for (Tensor* t : {&k_cache, &v_cache}) {
+    for (std::int64_t b = 0; b < B; ++b) {
+      Tensor tail = t->slice(0, b, b + 1).slice(2, lengths[b], capacity);
+      tail.fill(std::numeric_limits<double>::quiet_NaN());
+    }
+  }
+  const Tensor k = k_cache.slice(2, 0, Tk).permute({0, 2, 1, 3});
+  const Tensor v = v_cache.slice(2, 0, Tk).permute({0, 2, 1, 3});
+  const Tensor q = Tensor::randn({B, Tq, Hq, D}, g, DType::f64).to(DType::f16);
+  FlexOptions options;
+  options.backend = Backend::cpu;
+  const BlockMask blocks = create_block_mask(
+      and_masks(masks::causal_lower_right(Tq, Tk), masks::key_lengths(lengths)), B, 1, Tq, Tk);
+  const auto tilt = [](auto s, std::int64_t, std::int64_t h, std::int64_t i, std::int64_t j) {
+    return s - 0.01 * static_cast<double>(h + 1) * static_cast<double>(i - j);
+  };
+  const AttentionOutput got = flex_attention(q, k, v, tilt, blocks, options);
+  AttentionOutput want =
+      flex_attention(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), tilt, blocks, options);
+  want.out = want.out.to(DType::f16);
+  EXPECT_TRUE(bitwise_equal({got.out.to_vector(), got.lse.to_vector()},
+                            {want.out.to_vector(), want.lse.to_vector()}));
+  for (const double x : got.out.to_vector()) ASSERT_TRUE(std::isfinite(x));
+}
+
+// f16 inputs near its largest value (6e4) at D = 256: q . k reaches ~9e11, far past f16's range;
+// the kernel scales and sums in f32, so nothing overflows, and the output is the reference's.
+TEST(HalfKvDecode, F16NearItsRangeNeverOverflows) {
+  const std::int64_t Tq = 3, Tk = 1200, H = 2, D = 256;
+  Generator g(5);
+  const auto big = [&](std::int64_t T) {
+    return Tensor::uniform({1, T, H, D}, 5.5e4, 6.5e4, g, DType::f64).to(DType::f16);
+  };
+  const Tensor q = big(Tq), k = big(Tk), v = big(Tk);
+  AttentionOptions cpu, ref64;
+  cpu.backend = Backend::cpu;
+  ref64.backend = Backend::reference;
+  const AttentionOutput got = attention_forward(q, k, v, cpu);
+  const AttentionOutput exact =
+      attention_forward(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), ref64);
+  for (const double x : got.out.to_vector()) ASSERT_TRUE(std::isfinite(x));
+  for (const double x : got.lse.to_vector()) ASSERT_TRUE(std::isfinite(x));
+  // out rounded to f16 (an ulp of 32 at 6e4): within one ulp of the f64 reference.
+  EXPECT_LE(max_error(got.out, exact.out), 32.0);
+  EXPECT_LE(max_error(got.lse, exact.lse), 1e-6 * max_abs(exact.lse));
+}
+
+}  // namespace
+}  // namespace qkv::testing
