@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/cpu/expect_error.hpp"
 #include "kernels/cpu/finite_differences.hpp"
 #include "kernels/cpu/fused_case.hpp"
 
@@ -369,14 +370,6 @@ TEST(FlexAttention, DeterministicOverThreadCounts) {
 
 TEST(FlexAttention, RefusesMismatchedBlockMasksAndBadMods) {
   const Inputs in = inputs(2, 100, 120, 4, 2, 16, DType::f32, 1);
-  const auto expect_error = [](const std::function<void()>& call, const std::string& part) {
-    try {
-      call();
-      ADD_FAILURE() << "no qkv::Error for " << part;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    }
-  };
   expect_error(
       [&] { flex_attention(in.q, in.k, in.v, create_block_mask(masks::causal(), 1, 1, 120, 120)); },
       "Tq");
@@ -399,14 +392,6 @@ TEST(FlexAttention, IntoTheCallersTensorsRefusesBadOutputsAndWritesNothing) {
   const Inputs in = inputs(2, 100, 120, 4, 2, 16, DType::f32, 1);
   const BlockMask blocks = create_block_mask(masks::causal(), 1, 1, 100, 120);
   const AttentionOutput f = flex_attention(in.q, in.k, in.v, blocks);
-  const auto expect_error = [](const std::function<void()>& call, const std::string& part) {
-    try {
-      call();
-      ADD_FAILURE() << "no qkv::Error for " << part;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    }
-  };
   const auto sentinel = [](const Shape& shape, DType dtype) {
     Tensor t = Tensor::empty(shape, dtype);
     t.fill(7.0);

@@ -71,6 +71,17 @@ std::string describe(const StridedCase& c) {
 
 class StridedOutputs : public ::testing::TestWithParam<StridedCase> {};
 
+// The flex tests' options (the case's backend) and causal (bottom-right) block mask.
+FlexOptions flex_options(const StridedCase& c) {
+  FlexOptions options;
+  options.backend = c.backend;
+  return options;
+}
+BlockMask causal_blocks(const StridedCase& c) {
+  return create_block_mask(masks::causal_lower_right(c.shape.Tq, c.shape.Tk), 1, 1, c.shape.Tq,
+                           c.shape.Tk);
+}
+
 TEST_P(StridedOutputs, SameBitsAsTheContiguousCall) {
   const StridedCase& c = GetParam();
   FusedInputs in = make_inputs(c.shape, c.dtype);
@@ -119,10 +130,8 @@ TEST_P(StridedOutputs, WeightsIntoATransposedTensor) {
 TEST_P(StridedOutputs, FlexReadsStridedInputs) {
   const StridedCase& c = GetParam();
   const FusedInputs in = make_inputs(c.shape, c.dtype);
-  FlexOptions options;
-  options.backend = c.backend;
-  const BlockMask blocks = create_block_mask(masks::causal_lower_right(c.shape.Tq, c.shape.Tk), 1,
-                                             1, c.shape.Tq, c.shape.Tk);
+  const FlexOptions options = flex_options(c);
+  const BlockMask blocks = causal_blocks(c);
   const AttentionOutput want = flex_attention(in.q, in.k, in.v, blocks, options);
   const AttentionGrads want_g =
       flex_attention_backward(in.dout, in.q, in.k, in.v, want.out, want.lse, blocks, options);
@@ -143,10 +152,8 @@ TEST_P(StridedOutputs, FlexReadsStridedInputs) {
 TEST_P(StridedOutputs, FlexWritesIntoTheCallersTensors) {
   const StridedCase& c = GetParam();
   const FusedInputs in = make_inputs(c.shape, c.dtype);
-  FlexOptions options;
-  options.backend = c.backend;
-  const BlockMask blocks = create_block_mask(masks::causal_lower_right(c.shape.Tq, c.shape.Tk), 1,
-                                             1, c.shape.Tq, c.shape.Tk);
+  const FlexOptions options = flex_options(c);
+  const BlockMask blocks = causal_blocks(c);
   const auto tilt = [](auto s, std::int64_t, std::int64_t h, std::int64_t i, std::int64_t j) {
     return s - 0.25 * static_cast<double>(h + 1) * static_cast<double>(i - j);
   };
