@@ -2,8 +2,10 @@
 
 Layouts follow FlashAttention: q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv],
 out [B, Tq, Hq, Dv], lse [B, Hq, Tq]; any strides (a [B, H, T, D] array is passed as its
-transposed view), float32 or float64. Inputs are read where they are, never copied; outputs come
-back as the kind of array q is (numpy in, numpy out; torch in, torch out). Bad input raises
+transposed view), float32 or float64, or bfloat16 / float16 (torch; numpy float16), computed in
+float32 (decoding reads a 16-bit KV cache as it lies; other shapes convert it first). Inputs are
+read where they are, never copied; outputs come back as the kind of array q is (numpy in, numpy
+out; torch in, torch out), out in q's dtype, lse in float32 (float64 for float64). Bad input raises
 ValueError with the C++ library's message ("k: expected head dim 64 (from q), got 80").
 
 The options compose; for query i and key j of batch b and head h (tq, tk the lengths of batch b):
@@ -339,8 +341,10 @@ def scaled_dot_product_attention(
     mask = bias = None
     if attn_mask is not None:
         dtype = str(attn_mask.dtype).replace("torch.", "")
-        if dtype not in ("bool", "float32", "float64"):
-            raise ValueError(f"attn_mask: expected bool, float32 or float64, got {dtype}")
+        if dtype not in ("bool", "float32", "float64", "bfloat16", "float16"):
+            raise ValueError(
+                f"attn_mask: expected bool, float32, float64, bfloat16 or float16, got {dtype}"
+            )
         is_bool = dtype == "bool"
         mask, bias = (attn_mask, None) if is_bool else (None, attn_mask)
     seed = random.getrandbits(64) if dropout_p > 0 else 0

@@ -1,4 +1,4 @@
-"""qkv's kernels inside PyTorch's autograd (CPU tensors, float32 or float64).
+"""qkv's kernels inside PyTorch's autograd (CPU tensors, float32, float64, bfloat16 or float16).
 
     import qkv.torch
     out = qkv.torch.attention(q, k, v, causal="bottom_right", bias=bias)  # [B, Tq, Hq, Dv]

@@ -45,7 +45,17 @@ inline std::string dlpack_dtype_name(nb::dlpack::dtype d) {
   }
 }
 
-// float32 and float64 (and bool where a mask is expected) map onto qkv's dtypes.
+// The DLPack types of 16-bit floats: IEEE half (torch.float16, numpy.float16) and bfloat16
+// (torch.bfloat16).
+inline nb::dlpack::dtype float16_type() {
+  return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+}
+inline nb::dlpack::dtype bfloat16_type() {
+  return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
+}
+
+// float32, float64, bfloat16 and float16 (and bool where a mask is expected) map onto qkv's
+// dtypes; the 16-bit ones compute in float32.
 inline qkv::DType dtype_of(const Array& a, const char* argument, bool boolean) {
   const nb::dlpack::dtype d = a.dtype();
   if (boolean) {
@@ -54,7 +64,9 @@ inline qkv::DType dtype_of(const Array& a, const char* argument, bool boolean) {
   }
   if (d == nb::dtype<float>()) return qkv::DType::f32;
   if (d == nb::dtype<double>()) return qkv::DType::f64;
-  throw qkv::Error(argument, "float32 or float64", dlpack_dtype_name(d));
+  if (d == bfloat16_type()) return qkv::DType::bf16;
+  if (d == float16_type()) return qkv::DType::f16;
+  throw qkv::Error(argument, "float32, float64, bfloat16 or float16", dlpack_dtype_name(d));
 }
 
 // A view of the array's memory with its shape and element strides.
@@ -75,8 +87,12 @@ inline nb::dlpack::dtype dlpack_dtype(qkv::DType dtype) {
       return nb::dtype<double>();
     case qkv::DType::f32:
       return nb::dtype<float>();
+    case qkv::DType::bf16:
+      return bfloat16_type();
+    case qkv::DType::f16:
+      return float16_type();
     default:
-      throw qkv::Error("output", "float32 or float64", std::string(qkv::dtype_name(dtype)));
+      throw qkv::Error("output", "a floating dtype", std::string(qkv::dtype_name(dtype)));
   }
 }
 

@@ -162,7 +162,7 @@ def test_errors_are_value_errors_with_the_cpp_message() -> None:
     k = randn(1, 4, 2, 16)
     with pytest.raises(ValueError, match=r"^q: expected 4 dimensions \[B, T, H, D\], got 3"):
         qkv.attention(q[0], k, v)
-    with pytest.raises(ValueError, match=r"^q: expected float32 or float64, got int64$"):
+    with pytest.raises(ValueError, match=r"^q: expected float32, float64, bfloat16 or float16, got int64$"):
         qkv.attention(q.long(), k, v)
     with pytest.raises(ValueError, match=r"^causal: expected None, 'top_left' or 'bottom_right'"):
         qkv.attention(q, k, v, causal="diagonal")
@@ -209,7 +209,7 @@ def test_options_are_checked_not_truncated() -> None:
         qkv.attention(q, k, v, softcap="x")
     with pytest.raises(ValueError, match=r"^alibi_slopes: expected a sequence of numbers"):
         qkv.attention(q, k, v, alibi_slopes=0.5)
-    with pytest.raises(ValueError, match=r"^attn_mask: expected bool, float32 or float64, got int"):
+    with pytest.raises(ValueError, match=r"^attn_mask: expected bool, float32, float64, bfloat16 or float16, got int"):
         qkv.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(4, 4, dtype=torch.int64))
     lengths = (np.array([3, 4]), torch.tensor([3, 4]), [np.int32(3), 4])
     outs = [qkv.attention(q, k, v, key_lengths=n) for n in lengths]
@@ -286,3 +286,46 @@ def test_import_without_torch() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["ndarray", "no", "torch"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_sixteen_bit_tensors_in_and_out(dtype: torch.dtype) -> None:
+    """bfloat16 and float16 tensors come in without a copy and go out in their dtype: computed in
+    float32, the very bits of the call on the tensors converted to float32 first, rounded once;
+    a decode-shaped call (4 queries against a KV cache view) reads the cache as it lies. Through
+    qkv.torch's autograd the gradients come back in the inputs' dtype."""
+    gen = torch.Generator().manual_seed(3)
+    cache = torch.randn(2, 4, 300, 32, generator=gen).to(dtype)  # [B, Hk, capacity, D]
+    k, v = cache[:, :, :257].transpose(1, 2), cache[:, :, 1:258].transpose(1, 2)
+    for tq in (4, 70):  # the decode path and the tiled one
+        q = torch.randn(2, tq, 8, 32, generator=gen).to(dtype)
+        out, lse = qkv.attention(q, k, v, causal="bottom_right", return_lse=True)
+        want, want_lse = qkv.attention(
+            q.float(), k.float(), v.float(), causal="bottom_right", return_lse=True
+        )
+        assert out.dtype == dtype and lse.dtype == torch.float32
+        assert torch.equal(out, want.to(dtype)) and torch.equal(lse, want_lse)
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q.double().transpose(1, 2),
+            k.double().transpose(1, 2).repeat_interleave(2, dim=1),
+            v.double().transpose(1, 2).repeat_interleave(2, dim=1),
+            attn_mask=torch.ones(tq, 257, dtype=torch.bool).tril(257 - tq),
+        ).transpose(1, 2)
+        rounded = (want.to(dtype).double() - ref).abs().max()
+        assert (out.double() - ref).abs().max() <= 2 * rounded + 1e-6
+    q = torch.randn(1, 5, 2, 16, generator=gen).to(dtype).requires_grad_()
+    kk = torch.randn(1, 9, 2, 16, generator=gen).to(dtype).requires_grad_()
+    vv = torch.randn(1, 9, 2, 16, generator=gen).to(dtype).requires_grad_()
+    qkv.torch.attention(q, kk, vv).sum().backward()
+    q32, k32, v32 = (x.detach().float().requires_grad_() for x in (q, kk, vv))
+    qkv.torch.attention(q32, k32, v32).sum().backward()
+    # The backward reads out as the forward rounded it to 16 bits, float32's run its own out: the
+    # gradients agree within a few of the dtype's rounding steps.
+    eps = torch.finfo(dtype).eps
+    for got, want in ((q.grad, q32.grad), (kk.grad, k32.grad), (vv.grad, v32.grad)):
+        assert got.dtype == dtype
+        assert (got.float() - want).abs().max() <= 4 * eps * want.abs().max()
+    half = np.random.default_rng(0).standard_normal((1, 3, 2, 8)).astype(np.float16)
+    out = qkv.attention(half, half, half)
+    assert isinstance(out, np.ndarray) and out.dtype == np.float16
+    assert np.array_equal(out, qkv.attention(*(half.astype(np.float32),) * 3).astype(np.float16))
