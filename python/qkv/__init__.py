@@ -3,8 +3,8 @@
 Layouts follow FlashAttention: q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv],
 out [B, Tq, Hq, Dv], lse [B, Hq, Tq]; any strides (a [B, H, T, D] array is passed as its
 transposed view), float32 or float64, or bfloat16 / float16 (torch; numpy float16), computed in
-float32 (decoding reads a 16-bit KV cache as it lies; other shapes convert it first). Inputs are
-read where they are, never copied; outputs come back as the kind of array q is (numpy in, numpy
+float32 (the forward reads 16-bit K and V as they lie; the backward converts them first). float32
+and float64 inputs are read where they are, never copied; outputs come back as the kind of array q is (numpy in, numpy
 out; torch in, torch out), out in q's dtype, lse in float32 (float64 for float64). Bad input raises
 ValueError with the C++ library's message ("k: expected head dim 64 (from q), got 80").
 

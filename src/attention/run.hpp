@@ -13,7 +13,6 @@
 #include "attention/common.hpp"
 #include "core/thread_budget.hpp"
 #include "kernels/cpu/entry.hpp"
-#include "kernels/cpu/tile_traits.hpp"
 #include "kernels/cpu/weights.hpp"
 #include "kernels/reference/entry.hpp"
 #include "qkv/system.hpp"
@@ -61,18 +60,17 @@ class Writable {
   Tensor tensor_;
 };
 
-// Who reads q, k and v: any backend (k and v readable in T), or the fused forward, whose decode
-// kernel reads a KV cache in bf16 or f16 as it lies (computing in f32) where it takes the problem.
+// Who reads q, k and v: any backend (k and v readable in T), or the fused forward, which reads
+// K and V in bf16 or f16 as they lie (computing in f32: the decode kernel as it streams them, the
+// tiled one as it packs its tiles).
 enum class Reader { any, fused_forward };
 
-// Whether the fused forward reads k and v (4 dimensions) in their own 16-bit dtype: computing in
-// f32, with at most TileTraits::kDecodeMaxQueries queries (the decode kernel's problems), k and v
+// Whether the fused forward reads k and v in their own 16-bit dtype: computing in f32, k and v
 // both bf16 or both f16, their last dimension contiguous.
 template <class T>
-bool reads_half_kv(Reader reader, const Tensor& q, const Tensor& k, const Tensor& v) {
+bool reads_half_kv(Reader reader, const Tensor& k, const Tensor& v) {
   const auto contiguous_last = [](const Tensor& t) { return t.size(-1) <= 1 || t.stride(-1) == 1; };
   return reader == Reader::fused_forward && std::is_same_v<T, float> &&
-         q.size(1) <= kernels::cpu::TileTraits::kDecodeMaxQueries &&
          (k.dtype() == DType::bf16 || k.dtype() == DType::f16) && v.dtype() == k.dtype() &&
          contiguous_last(k) && contiguous_last(v);
 }
@@ -87,7 +85,7 @@ struct ComputeInputs {
   ComputeInputs(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                 Reader reader = Reader::any)
       : q(readable<T>(q_in)) {
-    if (reads_half_kv<T>(reader, q_in, k_in, v_in)) {
+    if (reads_half_kv<T>(reader, k_in, v_in)) {
       k = k_in;
       v = v_in;
       half = k.dtype() == DType::bf16 ? kernels::HalfKind::bf16 : kernels::HalfKind::f16;

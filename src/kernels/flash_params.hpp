@@ -24,8 +24,8 @@ struct FwdParams {
   Rows<const T> q;  // [B, Tq, Hq, D]
   Rows<const T> k;  // [B, Tk, Hk, D]
   Rows<const T> v;  // [B, Tk, Hk, Dv]
-  // K and V in bf16 or f16 instead of k and v (kind none: not used): a KV cache the decode
-  // kernel reads in place, for T = float and Tq <= cpu::TileTraits::kDecodeMaxQueries only.
+  // K and V in bf16 or f16 instead of k and v (kind none: not used): a KV cache the fused
+  // forward (decode and tiled, T = float) reads in place; never handed to the other kernels.
   HalfKv half_kv;
   Rows<T> out;      // [B, Tq, Hq, Dv]: written by the forward, read by the backward
   RowStats<T> lse;  // [B, Hq, Tq]: written by the forward, read by the backward

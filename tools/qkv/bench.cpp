@@ -508,7 +508,7 @@ void add_bench(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--dtype", opt->dtype,
                   "Storage type of q, k, v, out (and dout, grads); bf16 and f16 compute in f32: "
-                  "decode rows read K and V as stored, the others convert them")
+                  "forward rows read K and V as stored, backward rows convert them first")
       ->check(CLI::IsMember({"f32", "f64", "bf16", "f16"}));
   cmd->add_option("--layout", opt->layout,
                   "Where q, k, v, out, dout and the gradients lie: bthd ([B, T, H, D], "

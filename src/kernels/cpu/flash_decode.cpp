@@ -39,11 +39,6 @@ struct KvRows {
   Rows<const E> v;  // [B, Tk, Hk, Dv]
 };
 
-template <class E>
-Rows<const E> tagged(const Rows<const std::uint16_t>& bits) {
-  return {reinterpret_cast<const E*>(bits.data), bits.batch, bits.row, bits.head};
-}
-
 // The scores (scale q_i) . k_j (q_scaled: scale * Q, [B, Tq, Hq, D] contiguous) of the rows
 // [0, live) of the heads in `heads` of batch b against keys [j0, j0 + cols), into S [Hq * Tq, kBk]
 // (row h * Tq + i). Key by key: the K rows of one key, all heads side by side, are one contiguous

@@ -101,7 +101,7 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, KeyTiles<T>& keys, st
 template <class T, class ScoreMod, class MaskMod>
 void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
   const Dims& d = p.dims;
-  KeyTiles<T> keys(d, p.k, p.v);
+  KeyTiles<T> keys(d, p.k, p.v, p.half_kv);
   // A sparse mask (most tiles empty) keeps 64-row blocks: a 128-row block computes the union of
   // its two halves' tiles, and its K and V tiles fit the cache anyway (qkv bench --variants, T =
   // 8192, fwd, AMD EPYC Zen 3: bigbird's time over full x kept tiles was 2.06 with 128 rows).

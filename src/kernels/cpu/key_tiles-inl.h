@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -23,17 +24,20 @@
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
-// k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] (v.data null: keys only) -> per (b * Hk + hk) and k-block
-// kb: kt [D, kBk], vt [kBk, Dv] (keys past Tk zero), and whether that V tile is all finite.
+// k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] (v.data null: keys only), or both in bf16 or f16 (half, T
+// = float: a KV cache read as it lies) -> per (b * Hk + hk) and k-block kb: kt [D, kBk], vt [kBk,
+// Dv] (keys past Tk zero), and whether that V tile is all finite. The 16-bit values convert
+// exactly, so the tiles hold the bits of a cache converted first.
 template <class T>
 class KeyTiles {
  public:
-  KeyTiles(const Dims& d, Rows<const T> k, Rows<const T> v)
+  KeyTiles(const Dims& d, Rows<const T> k, Rows<const T> v, const HalfKv& half = {})
       : k_(k),
         v_(v),
+        half_(half),
         tk_(d.Tk),
         dim_(d.D),
-        dim_v_(v.data != nullptr ? d.Dv : 0),
+        dim_v_(v.data != nullptr || half.v.data != nullptr ? d.Dv : 0),
         heads_(d.Hk),
         tiles_(round_up(std::max<std::int64_t>(d.Tk, 1), kBk) / kBk),
         kt_(allocate_large<T>(static_cast<size_t>(d.B * heads_ * tiles_ * kBk * dim_))),
@@ -46,11 +50,14 @@ class KeyTiles {
     once_.ensure(bh * tiles_ + kb, [&] {
       const std::int64_t b = bh / heads_, hk = bh % heads_, j0 = kb * kBk;
       const std::int64_t n = std::min(kBk, tk_ - j0);
-      pack_transposed(k_.at(b, j0, hk), k_.row, n, dim_, kBk, at(kt_.get(), dim_, bh, kb));
-      if (dim_v_ == 0) return;
-      T* vt = at(vt_.get(), dim_v_, bh, kb);
-      pack_rows(v_.at(b, j0, hk), v_.row, n, dim_v_, kBk, vt);
-      v_finite_[static_cast<size_t>(bh * tiles_ + kb)] = all_finite(vt, kBk * dim_v_);
+      T* vt = dim_v_ != 0 ? at(vt_.get(), dim_v_, bh, kb) : nullptr;
+      if (!pack_half(b, j0, hk, n, bh, kb, vt)) {
+        pack_transposed(k_.at(b, j0, hk), k_.row, n, dim_, kBk, at(kt_.get(), dim_, bh, kb));
+        if (vt != nullptr) pack_rows(v_.at(b, j0, hk), v_.row, n, dim_v_, kBk, vt);
+      }
+      if (vt != nullptr) {
+        v_finite_[static_cast<size_t>(bh * tiles_ + kb)] = all_finite(vt, kBk * dim_v_);
+      }
     });
   }
   const T* kt(std::int64_t bh, std::int64_t kb) const { return at(kt_.get(), dim_, bh, kb); }
@@ -60,10 +67,42 @@ class KeyTiles {
   }
 
  private:
+  // Packs the tile from the 16-bit cache where there is one (T = float); false otherwise.
+  bool pack_half(std::int64_t b, std::int64_t j0, std::int64_t hk, std::int64_t n, std::int64_t bh,
+                 std::int64_t kb, T* vt) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (half_.kind == HalfKind::bf16) {
+        pack_converted(tagged<Bf16>(half_.k), tagged<Bf16>(half_.v), b, j0, hk, n, bh, kb, vt);
+        return true;
+      }
+      if (half_.kind == HalfKind::f16) {
+        pack_converted(tagged<F16>(half_.k), tagged<F16>(half_.v), b, j0, hk, n, bh, kb, vt);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Tile kb of head bh from a 16-bit cache: K's n rows converted into a scratch [n, D] of this
+  // thread, then transposed as an f32 K is; V's converted straight into vt (null: keys only).
+  template <class E>
+  void pack_converted(const Rows<const E>& k, const Rows<const E>& v, std::int64_t b,
+                      std::int64_t j0, std::int64_t hk, std::int64_t n, std::int64_t bh,
+                      std::int64_t kb, T* vt) {
+    thread_local std::vector<T> rows;
+    rows.resize(static_cast<size_t>(n * dim_));
+    convert_rows(k.at(b, j0, hk), k.row, n, dim_, rows.data(), dim_);
+    pack_transposed(rows.data(), dim_, n, dim_, kBk, at(kt_.get(), dim_, bh, kb));
+    if (vt == nullptr) return;
+    convert_rows(v.at(b, j0, hk), v.row, n, dim_v_, vt, dim_v_);
+    std::fill(vt + n * dim_v_, vt + kBk * dim_v_, T(0));
+  }
+
   T* at(T* base, std::int64_t dim, std::int64_t bh, std::int64_t kb) const {
     return base + (bh * tiles_ + kb) * kBk * dim;
   }
   Rows<const T> k_, v_;
+  HalfKv half_;
   std::int64_t tk_, dim_, dim_v_, heads_, tiles_;
   LargeBuffer<T> kt_, vt_;
   std::vector<std::uint8_t> v_finite_;

@@ -11,6 +11,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/half_kv.hpp"
+#include "kernels/params.hpp"
 #include "qkv/half.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -47,6 +48,12 @@ T value_as(Bf16 x) {
 template <class T>
 T value_as(F16 x) {
   return f16_bits_to_f32(x.bits);
+}
+
+// The rows of a 16-bit tensor (kernels/half_kv.hpp) seen as elements of format E.
+template <class E>
+Rows<const E> tagged(const Rows<const std::uint16_t>& bits) {
+  return {reinterpret_cast<const E*>(bits.data), bits.batch, bits.row, bits.head};
 }
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "hwy/highway.h"
+#include "kernels/cpu/load_as-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
@@ -47,9 +48,10 @@ HWY_INLINE void transpose_2x2(const double* src, std::int64_t ld_src, double* ds
 
 // src rows [n, cols] with row stride ld -> dst [cols, n_pad] (the transpose), columns n..n_pad
 // zero. Lays a tile of K (or V) out as [D, kBk] so that a score tile is a row-major product.
-// In square blocks of one 128-bit vector per row, which every SIMD target has: a tile of K [T, 8, 64]
-// f32 read from memory, 8 heads of T = 8192 one tile after another on one thread of the AMD EPYC
-// Zen 3 VM, took 15 ms element by element and 6-7 ms so (where reading K from memory is ~4 ms).
+// In square blocks of one 128-bit vector per row, which every SIMD target has: a tile of K [T, 8,
+// 64] f32 read from memory, 8 heads of T = 8192 one tile after another on one thread of the AMD
+// EPYC Zen 3 VM, took 15 ms element by element and 6-7 ms so (where reading K from memory is ~4
+// ms).
 template <class T>
 void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t cols,
                      std::int64_t n_pad, T* dst) {
@@ -84,6 +86,22 @@ void pack_rows(const T* src, std::int64_t ld, std::int64_t n, std::int64_t cols,
                T* dst) {
   for (std::int64_t j = 0; j < n; ++j) std::copy_n(src + j * ld, cols, dst + j * cols);
   std::fill(dst + n * cols, dst + n_pad * cols, T(0));
+}
+
+// src rows [n, cols] stored as E (load_as-inl.h: bf16 or f16 bits, or T) with row stride ld ->
+// dst [n, cols] in T, row stride ld_dst: each value converted exactly.
+template <class T, class E>
+void convert_rows(const E* src, std::int64_t ld, std::int64_t n, std::int64_t cols, T* dst,
+                  std::int64_t ld_dst) {
+  const hn::ScalableTag<T> d;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  for (std::int64_t j = 0; j < n; ++j) {
+    const E* row = src + j * ld;
+    T* out = dst + j * ld_dst;
+    std::int64_t c = 0;
+    for (; c + L <= cols; c += L) hn::StoreU(load_as(d, row + c), d, out + c);
+    for (; c < cols; ++c) out[c] = value_as<T>(row[c]);
+  }
 }
 
 constexpr std::int64_t round_up(std::int64_t x, std::int64_t multiple) {

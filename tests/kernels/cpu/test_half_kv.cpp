@@ -1,7 +1,8 @@
-// The decode kernel reading a KV cache in bf16 or f16 as it lies (kernels/half_kv.hpp): every
-// 16-bit value converts to f32 exactly and the kernel computes in f32, so its results must be the
-// very bits of the same call on the cache converted to f32 first, on every SIMD target, with
-// every option and with flex mods; and within FlashAttention's rule of the f64 reference.
+// The fused forward reading K and V in bf16 or f16 as they lie (kernels/half_kv.hpp): the decode
+// kernel as it streams them, the tiled one as it packs its tiles. Every 16-bit value converts to
+// f32 exactly and the kernels compute in f32, so the results must be the very bits of the same
+// call on the inputs converted to f32 first, on every SIMD target, with every option and with
+// flex mods; and within FlashAttention's rule of the f64 reference.
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
@@ -37,9 +38,9 @@ AttentionOutput converted_first(const FusedInputs& in, const AttentionOptions& o
   return r;
 }
 
-class HalfKvDecode : public ::testing::TestWithParam<HalfCase> {};
+class HalfKv : public ::testing::TestWithParam<HalfCase> {};
 
-TEST_P(HalfKvDecode, SameBitsAsTheCacheConvertedFirstOnEveryTarget) {
+TEST_P(HalfKv, SameBitsAsTheCacheConvertedFirstOnEveryTarget) {
   const HalfCase& c = GetParam();
   const FusedInputs in = make_inputs(c.shape, c.dtype);
   AttentionOptions options = in.options;
@@ -63,7 +64,7 @@ TEST_P(HalfKvDecode, SameBitsAsTheCacheConvertedFirstOnEveryTarget) {
 // FlashAttention's rule: the error of out against the f64 reference at most twice that of the
 // reference computed from the same 16-bit inputs and rounded to the same dtype (plus a rounding
 // unit of f32 for rows whose reference error is 0). Dropout draws the same mask in every backend.
-TEST_P(HalfKvDecode, WithinTwiceTheLowPrecisionReferencesError) {
+TEST_P(HalfKv, WithinTwiceTheLowPrecisionReferencesError) {
   const HalfCase& c = GetParam();
   const FusedInputs in = make_inputs(c.shape, c.dtype);
   AttentionOptions cpu = in.options, ref = in.options, ref64 = in.options;
@@ -117,6 +118,29 @@ std::vector<HalfCase> cases() {
   most.dropout = 0.1;
   most.strided = true;
   shapes.push_back(most);
+  FusedCase tiled = one;  // the tiled forward: q-blocks of 64 and 128 rows, a ragged last tile
+  tiled.B = 2;
+  tiled.Tq = 150;
+  tiled.Tk = 333;
+  tiled.Hq = 4;
+  tiled.D = 40;
+  tiled.Dv = 24;
+  tiled.causal = Causal::top_left;
+  tiled.bias = true;
+  tiled.dropout = 0.2;
+  shapes.push_back(tiled);
+  FusedCase wide = most;  // K and V of more than 1 MiB a head: 128-row q-blocks
+  wide.B = 1;
+  wide.Tq = 300;
+  wide.Tk = 2200;
+  wide.Hq = 2;
+  wide.Hk = 1;
+  wide.D = wide.Dv = 128;
+  wide.bias = false;
+  wide.dropout = 0.0;
+  wide.softcap = 30.0;
+  wide.window = {500, 100};
+  shapes.push_back(wide);
   std::vector<HalfCase> out;
   for (const FusedCase& s : shapes) {
     for (const DType t : {DType::bf16, DType::f16}) out.push_back({s, t});
@@ -124,7 +148,7 @@ std::vector<HalfCase> cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Caches, HalfKvDecode, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Caches, HalfKv, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<HalfCase>& info) {
                            return describe(info.param);
                          });
@@ -132,7 +156,7 @@ INSTANTIATE_TEST_SUITE_P(Caches, HalfKvDecode, ::testing::ValuesIn(cases()),
 // A KV cache as engines keep one: [B, Hk, capacity, D] in f16, read through a permuted view of
 // its first Tk positions, with NaN in the keys and values past each batch's length (never read
 // into a result); flex_attention with a score mod over it gives the bits of the converted call.
-TEST(HalfKvDecode, ReadsACacheViewAndNeverItsUnusedTail) {
+TEST(HalfKv, ReadsACacheViewAndNeverItsUnusedTail) {
   const std::int64_t B = 2, Hq = 8, Hk = 2, capacity = 4096, Tk = 3000, D = 128, Tq = 2;
   Generator g(11);
   const auto cache = [&] {
@@ -166,9 +190,11 @@ TEST(HalfKvDecode, ReadsACacheViewAndNeverItsUnusedTail) {
 }
 
 // f16 inputs near its largest value (6e4) at D = 256: q . k reaches ~9e11, far past f16's range;
-// the kernel scales and sums in f32, so nothing overflows, and the output is the reference's.
-TEST(HalfKvDecode, F16NearItsRangeNeverOverflows) {
-  const std::int64_t Tq = 3, Tk = 1200, H = 2, D = 256;
+// the kernels scale and sum in f32, so nothing overflows, and the output is the reference's.
+class F16Range : public ::testing::TestWithParam<std::int64_t> {};
+
+TEST_P(F16Range, NeverOverflows) {
+  const std::int64_t Tq = GetParam(), Tk = 1200, H = 2, D = 256;
   Generator g(5);
   const auto big = [&](std::int64_t T) {
     return Tensor::uniform({1, T, H, D}, 5.5e4, 6.5e4, g, DType::f64).to(DType::f16);
@@ -186,6 +212,8 @@ TEST(HalfKvDecode, F16NearItsRangeNeverOverflows) {
   EXPECT_LE(max_error(got.out, exact.out), 32.0);
   EXPECT_LE(max_error(got.lse, exact.lse), 1e-6 * max_abs(exact.lse));
 }
+
+INSTANTIATE_TEST_SUITE_P(DecodeAndTiled, F16Range, ::testing::Values(3, 100));
 
 }  // namespace
 }  // namespace qkv::testing
