@@ -1,6 +1,6 @@
 #pragma once
 
-// K and V in 16-bit storage (a KV cache in bf16 or f16) as the decode kernel reads them in place:
+// K and V in 16-bit storage (a KV cache in bf16 or f16) as the fused forward reads them in place:
 // the kernels compute in f32, and every bf16 or f16 value converts to f32 exactly, so reading the
 // cache as it lies gives the very bits of converting it first (and costs half the bytes).
 
@@ -22,7 +22,8 @@ static_assert(sizeof(Bf16) == 2 && sizeof(F16) == 2, "tags are the bare bits");
 enum class HalfKind : std::uint8_t { none, bf16, f16 };
 
 // kind none: the kernels read k and v of the params; else K [B, Tk, Hk, D] and V [B, Tk, Hk, Dv]
-// here, in that format (only the decode kernel, computing in f32, is handed these).
+// here, in that format (only the fused forward, computing in f32, is handed these: its decode
+// loads and its tile packing read them).
 struct HalfKv {
   HalfKind kind = HalfKind::none;
   Rows<const std::uint16_t> k;

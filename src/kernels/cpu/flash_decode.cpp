@@ -31,27 +31,19 @@ struct HeadRange {
   std::int64_t hi = 0;
 };
 
-// Where the kernel reads K and V: the params' rows (E = T), or a KV cache in bf16 or f16 (E = Bf16
-// or F16, kernels/half_kv.hpp) read as it lies and converted exactly to f32 as it is loaded.
-template <class E>
-struct KvRows {
-  Rows<const E> k;  // [B, Tk, Hk, D]
-  Rows<const E> v;  // [B, Tk, Hk, Dv]
-};
-
 // The scores (scale q_i) . k_j (q_scaled: scale * Q, [B, Tq, Hq, D] contiguous) of the rows
 // [0, live) of the heads in `heads` of batch b against keys [j0, j0 + cols), into S [Hq * Tq, kBk]
 // (row h * Tq + i). Key by key: the K rows of one key, all heads side by side, are one contiguous
 // run, so K streams through memory in order and the hardware prefetchers follow it (head by head it
 // would jump Hk * D elements per key, a page at D = 128, Hk = 8, where they stop).
 template <class T, class ScoreMod, class MaskMod, class E>
-void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv, const T* q_scaled,
-                   std::int64_t b, HeadRange heads, std::int64_t live, std::int64_t j0,
-                   std::int64_t cols, T* S) {
+void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& k_rows,
+                   const T* q_scaled, std::int64_t b, HeadRange heads, std::int64_t live,
+                   std::int64_t j0, std::int64_t cols, T* S) {
   const Dims& d = p.dims;
   for (std::int64_t c = 0; c < cols; ++c) {
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
-      const E* k = kv.k.at(b, j0 + c, h / d.group());
+      const E* k = k_rows.at(b, j0 + c, h / d.group());
       for (std::int64_t i = 0; i < live; ++i) {
         const T* q = q_scaled + ((b * d.Tq + i) * d.Hq + h) * d.D;
         S[(h * d.Tq + i) * kBk + c] = score_dot(q, k, d.D);
@@ -72,9 +64,9 @@ void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv
 // Key by key, so V streams in order too. In a partial tile, only the pairs the mask keeps: a
 // value the mask drops (a KV cache's unused tail) may hold anything, and 0 * NaN is NaN.
 template <class T, class ScoreMod, class MaskMod, class E>
-void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv, std::int64_t b,
-                   HeadRange heads, std::int64_t live, std::int64_t j0, std::int64_t cols,
-                   const TileKind* kinds, const T* P, T* acc) {
+void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& v_rows,
+                   std::int64_t b, HeadRange heads, std::int64_t live, std::int64_t j0,
+                   std::int64_t cols, const TileKind* kinds, const T* P, T* acc) {
   const Dims& d = p.dims;
   std::int64_t c = 0;
   // Four keys at a time where a head's tile is full: each accumulator row is loaded and stored
@@ -83,8 +75,8 @@ void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
       if (kinds[h] != TileKind::full) continue;
       const std::int64_t hk = h / d.group();
-      const E* v[4] = {kv.v.at(b, j0 + c, hk), kv.v.at(b, j0 + c + 1, hk),
-                       kv.v.at(b, j0 + c + 2, hk), kv.v.at(b, j0 + c + 3, hk)};
+      const E* v[4] = {v_rows.at(b, j0 + c, hk), v_rows.at(b, j0 + c + 1, hk),
+                       v_rows.at(b, j0 + c + 2, hk), v_rows.at(b, j0 + c + 3, hk)};
       for (std::int64_t i = 0; i < live; ++i) {
         axpy4(P + (h * d.Tq + i) * kBk + c, v, acc + (h * d.Tq + i) * d.Dv, d.Dv);
       }
@@ -93,7 +85,7 @@ void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv
   for (std::int64_t k = 0; k < cols; ++k) {
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
       if (kinds[h] == TileKind::empty || (kinds[h] == TileKind::full && k < c)) continue;
-      const E* v = kv.v.at(b, j0 + k, h / d.group());
+      const E* v = v_rows.at(b, j0 + k, h / d.group());
       for (std::int64_t i = 0; i < live; ++i) {
         if (kinds[h] == TileKind::partial && !p.mask_mod(b, h, i, j0 + k)) continue;
         axpy(P[(h * d.Tq + i) * kBk + k], v, acc + (h * d.Tq + i) * d.Dv, d.Dv);
@@ -103,7 +95,8 @@ void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv
 }
 
 template <class T, class ScoreMod, class MaskMod, class E>
-void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv) {
+void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& k,
+                 const Rows<const E>& v) {
   const Dims& d = p.dims;
   const std::int64_t splits = (d.Tk + TileTraits::kDecodeSplit - 1) / TileTraits::kDecodeSplit;
   const std::int64_t rows = d.B * d.Hq * d.Tq;  // one partial state per query row and split
@@ -153,13 +146,13 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv) 
           any = any || kinds[h] != TileKind::empty;
         }
         if (!any) continue;
-        decode_scores(p, kv, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
+        decode_scores(p, k, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
         for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
           if (kinds[h] == TileKind::empty) continue;
           softmax_tile(p, b, h, 0, live, j0, cols, &kinds[h], scratch.s.get() + h * d.Tq * kBk,
                        scratch.z.get(), state.rows_from(h * d.Tq, d.Dv));
         }
-        decode_values(p, kv, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), state.acc);
+        decode_values(p, v, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), state.acc);
       }
       for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
         for (std::int64_t i = 0; i < d.Tq; ++i) {
@@ -185,18 +178,13 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const KvRows<E>& kv) 
   }
 }
 
-// K and V where the params say (p.half_kv).
+// K and V where the params say: a 16-bit cache (p.half_kv) or p.k and p.v.
 template <class T, class ScoreMod, class MaskMod>
 void decode_any(const FwdParams<T, ScoreMod, MaskMod>& p) {
   if constexpr (std::is_same_v<T, float>) {
-    if (p.half_kv.kind == HalfKind::bf16) {
-      return decode_impl(p, KvRows<Bf16>{tagged<Bf16>(p.half_kv.k), tagged<Bf16>(p.half_kv.v)});
-    }
-    if (p.half_kv.kind == HalfKind::f16) {
-      return decode_impl(p, KvRows<F16>{tagged<F16>(p.half_kv.k), tagged<F16>(p.half_kv.v)});
-    }
+    if (visit_half(p.half_kv, [&](const auto& k, const auto& v) { decode_impl(p, k, v); })) return;
   }
-  decode_impl(p, KvRows<T>{p.k, p.v});
+  decode_impl(p, p.k, p.v);
 }
 
 void DecodeF32(const FwdParams<float>& p) { decode_any(p); }

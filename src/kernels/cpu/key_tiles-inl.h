@@ -67,35 +67,21 @@ class KeyTiles {
   }
 
  private:
-  // Packs the tile from the 16-bit cache where there is one (T = float); false otherwise.
+  // Packs the tile from the 16-bit cache where there is one (T = float); false otherwise. K's n
+  // rows are converted into a scratch [n, D] of this thread, then transposed as an f32 K is; V's
+  // are converted straight into vt (null: keys only).
   bool pack_half(std::int64_t b, std::int64_t j0, std::int64_t hk, std::int64_t n, std::int64_t bh,
                  std::int64_t kb, T* vt) {
     if constexpr (std::is_same_v<T, float>) {
-      if (half_.kind == HalfKind::bf16) {
-        pack_converted(tagged<Bf16>(half_.k), tagged<Bf16>(half_.v), b, j0, hk, n, bh, kb, vt);
-        return true;
-      }
-      if (half_.kind == HalfKind::f16) {
-        pack_converted(tagged<F16>(half_.k), tagged<F16>(half_.v), b, j0, hk, n, bh, kb, vt);
-        return true;
-      }
+      return visit_half(half_, [&](const auto& k, const auto& v) {
+        thread_local std::vector<T> rows;
+        rows.resize(static_cast<size_t>(n * dim_));
+        convert_rows(k.at(b, j0, hk), k.row, n, dim_, rows.data(), dim_);
+        pack_transposed(rows.data(), dim_, n, dim_, kBk, at(kt_.get(), dim_, bh, kb));
+        if (vt != nullptr) pack_rows(v.at(b, j0, hk), v.row, n, dim_v_, kBk, vt);
+      });
     }
     return false;
-  }
-
-  // Tile kb of head bh from a 16-bit cache: K's n rows converted into a scratch [n, D] of this
-  // thread, then transposed as an f32 K is; V's converted straight into vt (null: keys only).
-  template <class E>
-  void pack_converted(const Rows<const E>& k, const Rows<const E>& v, std::int64_t b,
-                      std::int64_t j0, std::int64_t hk, std::int64_t n, std::int64_t bh,
-                      std::int64_t kb, T* vt) {
-    thread_local std::vector<T> rows;
-    rows.resize(static_cast<size_t>(n * dim_));
-    convert_rows(k.at(b, j0, hk), k.row, n, dim_, rows.data(), dim_);
-    pack_transposed(rows.data(), dim_, n, dim_, kBk, at(kt_.get(), dim_, bh, kb));
-    if (vt == nullptr) return;
-    convert_rows(v.at(b, j0, hk), v.row, n, dim_v_, vt, dim_v_);
-    std::fill(vt + n * dim_v_, vt + kBk * dim_v_, T(0));
   }
 
   T* at(T* base, std::int64_t dim, std::int64_t bh, std::int64_t kb) const {

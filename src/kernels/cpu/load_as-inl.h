@@ -56,6 +56,21 @@ Rows<const E> tagged(const Rows<const std::uint16_t>& bits) {
   return {reinterpret_cast<const E*>(bits.data), bits.batch, bits.row, bits.head};
 }
 
+// f(k, v) with a 16-bit K and V seen in their format (Rows<const Bf16> or Rows<const F16>), and
+// true; false, without calling f, where half.kind is none.
+template <class F>
+bool visit_half(const HalfKv& half, F&& f) {
+  if (half.kind == HalfKind::bf16) {
+    f(tagged<Bf16>(half.k), tagged<Bf16>(half.v));
+    return true;
+  }
+  if (half.kind == HalfKind::f16) {
+    f(tagged<F16>(half.k), tagged<F16>(half.v));
+    return true;
+  }
+  return false;
+}
+
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

@@ -79,15 +79,6 @@ void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t
     std::fill(dst + c * n_pad + n, dst + (c + 1) * n_pad, T(0));
 }
 
-// src rows [n, cols] with row stride ld -> dst [n_pad, cols], rows n..n_pad zero (a V or K tile
-// stored contiguously, so that a product walking it never strides across pages or cache sets).
-template <class T>
-void pack_rows(const T* src, std::int64_t ld, std::int64_t n, std::int64_t cols, std::int64_t n_pad,
-               T* dst) {
-  for (std::int64_t j = 0; j < n; ++j) std::copy_n(src + j * ld, cols, dst + j * cols);
-  std::fill(dst + n * cols, dst + n_pad * cols, T(0));
-}
-
 // src rows [n, cols] stored as E (load_as-inl.h: bf16 or f16 bits, or T) with row stride ld ->
 // dst [n, cols] in T, row stride ld_dst: each value converted exactly.
 template <class T, class E>
@@ -102,6 +93,16 @@ void convert_rows(const E* src, std::int64_t ld, std::int64_t n, std::int64_t co
     for (; c + L <= cols; c += L) hn::StoreU(load_as(d, row + c), d, out + c);
     for (; c < cols; ++c) out[c] = value_as<T>(row[c]);
   }
+}
+
+// src rows [n, cols] (stored as E: T, or bf16 / f16 converted) with row stride ld -> dst [n_pad,
+// cols], rows n..n_pad zero (a V or K tile stored contiguously, so that a product walking it never
+// strides across pages or cache sets).
+template <class T, class E>
+void pack_rows(const E* src, std::int64_t ld, std::int64_t n, std::int64_t cols, std::int64_t n_pad,
+               T* dst) {
+  convert_rows(src, ld, n, cols, dst, cols);
+  std::fill(dst + n * cols, dst + n_pad * cols, T(0));
 }
 
 constexpr std::int64_t round_up(std::int64_t x, std::int64_t multiple) {
