@@ -8,6 +8,15 @@ namespace qkv {
 // The SIMD instruction sets Highway finds usable on this CPU, best first ("AVX3", "AVX2", ...).
 std::vector<std::string> simd_targets();
 
+// The CPU features the kernels check at run time that this machine and its OS let them use, as
+// /proc/cpuinfo names them ("avx2", "f16c", "avx512_bf16", "amx_bf16", ...; AMX only once Linux
+// granted the process its tile data).
+std::vector<std::string> cpu_features();
+
+// The paths of bf16 matrix products this CPU runs, best first: "amx-bf16" (AMX tiles),
+// "avx512-bf16" (VDPBF16PS), then "f32-fma", which every CPU runs (bf16 converted to f32).
+std::vector<std::string> matrix_paths();
+
 // Threads. qkv's fused attention kernels (attention_forward, attention_backward, and through them
 // autograd::attention and the nn modules) run on OpenMP threads drawn from one process-wide
 // budget of num_threads() threads:

@@ -10,7 +10,8 @@ execute_process(COMMAND ${QKV} info RESULT_VARIABLE code OUTPUT_VARIABLE out ERR
 if(NOT code EQUAL 0)
   message(FATAL_ERROR "qkv info exited ${code}: ${err}")
 endif()
-foreach(pattern "^qkv [0-9]+\\.[0-9]+\\.[0-9]+\n" "simd targets: [A-Z0-9_]+" "threads: [1-9][0-9]*")
+foreach(pattern "^qkv [0-9]+\\.[0-9]+\\.[0-9]+\n" "simd targets: [A-Z0-9_]+" "cpu features: "
+    "bf16 matrix paths \\(best first\\): [a-z0-9 -]*f32-fma\n" "threads: [1-9][0-9]*")
   if(NOT out MATCHES "${pattern}")
     message(FATAL_ERROR "qkv info output does not match '${pattern}':\n${out}")
   endif()

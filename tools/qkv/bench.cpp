@@ -364,6 +364,7 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
                       {"cpu_flags", cpu_flags()},
                       {"threads", threads},
                       {"simd_targets", simd_targets()},
+                      {"matrix_paths", matrix_paths()},
                       {"qkv_version", std::string(version())},
                       {"date", utc_now()}};
     doc["rows"] = rows;
@@ -451,6 +452,7 @@ void run_bench(const BenchOptions& opt) {
                       {"cpu_flags", cpu_flags()},
                       {"threads", threads},
                       {"simd_targets", simd_targets()},
+                      {"matrix_paths", matrix_paths()},
                       {"qkv_version", std::string(version())},
                       {"date", utc_now()},
                       {"load_average_start", load_start},

@@ -15,6 +15,18 @@ HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// a * b + c as the vector lanes compute it (one fused multiply-add where the target has one), for
+// the scalar tails (score_dot's, axpy's, gemm's last columns): written as a * b + c, the compiler
+// contracted it in one instantiation of score_dot and not in another (f32 against bf16 keys,
+// AVX2), and the bits differed; and gemm's unfused columns gave dq other bits than the axpy that
+// replaces gemm for a tile with a non-finite key (D = 8 on AVX-512's 16 lanes: the poison past a
+// key length changed dq by an ulp).
+template <class T>
+T mul_add(T a, T b, T c) {
+  const hn::CappedTag<T, 1> d1;
+  return hn::GetLane(hn::MulAdd(hn::Set(d1, a), hn::Set(d1, b), hn::Set(d1, c)));
+}
+
 // Element (m, k) of A, stored row-major [M, K] with leading dimension lda, or, when
 // kATransposed, stored as its transpose [K, M] (so a product with P^T or dS^T reads P or dS where
 // they are, with no transposed copy).
@@ -61,7 +73,8 @@ HWY_INLINE void gemm_scalar_columns(std::int64_t M, std::int64_t n, std::int64_t
     for (std::int64_t m = 0; m < M; ++m, c_row += ldc) {
       T sum = accumulate ? c_row[c] : T(0);
       const T* b = B + c;
-      for (std::int64_t k = 0; k < K; ++k, b += ldb) sum += a_at<kATransposed>(A, lda, m, k) * *b;
+      for (std::int64_t k = 0; k < K; ++k, b += ldb)
+        sum = mul_add(a_at<kATransposed>(A, lda, m, k), *b, sum);
       c_row[c] = sum;
     }
   }

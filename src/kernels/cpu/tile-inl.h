@@ -13,6 +13,7 @@
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "kernels/cpu/gemm-inl.h"
 #include "kernels/cpu/load_as-inl.h"
 #include "kernels/cpu/tile_traits.hpp"
 #include "kernels/flash_params.hpp"
@@ -150,15 +151,6 @@ void score_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::i
       std::fill(s + cols, s + kBk, kNegInf);
     }
   }
-}
-
-// a * b + c as the vector lanes compute it (one fused multiply-add where the target has one), for
-// the scalar tails: written as a * b + c, the compiler contracted it in one instantiation of
-// score_dot and not in another (f32 against bf16 keys, AVX2), and the bits differed.
-template <class T>
-T mul_add(T a, T b, T c) {
-  const hn::CappedTag<T, 1> d1;
-  return hn::GetLane(hn::MulAdd(hn::Set(d1, a), hn::Set(d1, b), hn::Set(d1, c)));
 }
 
 // q . k over dim elements, for decode shapes (Tq <= TileTraits::kDecodeMaxQueries): four vector

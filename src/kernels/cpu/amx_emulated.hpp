@@ -1,0 +1,84 @@
+#pragma once
+
+// AMX's tile registers and the instructions amx_tiles.hpp uses, in scalar code, as the Intel
+// architecture manual defines them (palette 1: eight tiles of at most 16 rows of 64 bytes):
+// tileloadd fills a tile's configured rows and bytes and zeroes the rest, TDPBF16PS adds to each
+// f32 of C the products of bf16 pairs, even element then odd, with subnormal inputs read as zero
+// and subnormal results flushed to zero.
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/amx_tiles.hpp"
+#include "qkv/error.hpp"
+
+namespace qkv::kernels::cpu {
+
+class EmulatedAmx {
+ public:
+  void load_config(const TileConfig& config) {
+    if (config.palette_id != 1) throw Error("tile config", "palette 1", "another palette");
+    for (int t = 0; t < 8; ++t) {
+      if (config.rows[t] > 16 || config.colsb[t] > 64 || config.colsb[t] % 4 != 0) {
+        throw Error("tile config", "at most 16 rows of 64 bytes, in 4-byte columns",
+                    "tile " + std::to_string(t) + " of " + std::to_string(config.rows[t]) + " x " +
+                        std::to_string(config.colsb[t]));
+      }
+    }
+    config_ = config;
+    std::memset(tiles_, 0, sizeof tiles_);
+  }
+  template <int kT>
+  void zero() {
+    std::memset(tiles_[kT], 0, sizeof tiles_[kT]);
+  }
+  template <int kT>
+  void load(const void* base, std::int64_t stride) {
+    zero<kT>();
+    for (int r = 0; r < config_.rows[kT]; ++r) {
+      std::memcpy(tiles_[kT] + r * 64, static_cast<const unsigned char*>(base) + r * stride,
+                  config_.colsb[kT]);
+    }
+  }
+  template <int kT>
+  void store(void* base, std::int64_t stride) const {
+    for (int r = 0; r < config_.rows[kT]; ++r) {
+      std::memcpy(static_cast<unsigned char*>(base) + r * stride, tiles_[kT] + r * 64,
+                  config_.colsb[kT]);
+    }
+  }
+  template <int kC, int kA, int kB>
+  void dpbf16ps() {
+    for (int m = 0; m < config_.rows[kC]; ++m) {
+      for (int k = 0; k < config_.colsb[kA] / 4; ++k) {
+        for (int n = 0; n < config_.colsb[kC] / 4; ++n) {
+          float acc = f32(kC, m, n);
+          acc = flush(std::fma(bf16(kA, m, 2 * k), bf16(kB, k, 2 * n), acc));
+          acc = flush(std::fma(bf16(kA, m, 2 * k + 1), bf16(kB, k, 2 * n + 1), acc));
+          std::memcpy(tiles_[kC] + m * 64 + n * 4, &acc, 4);
+        }
+      }
+    }
+  }
+  void release() { config_ = TileConfig{}; }
+
+ private:
+  float f32(int t, int row, int col) const {
+    float x;
+    std::memcpy(&x, tiles_[t] + row * 64 + col * 4, 4);
+    return x;
+  }
+  float bf16(int t, int row, int index) const {
+    std::uint16_t bits;
+    std::memcpy(&bits, tiles_[t] + row * 64 + index * 2, 2);
+    return flush(std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16));
+  }
+  static float flush(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? 0.0f * x : x; }
+
+  TileConfig config_;
+  alignas(64) unsigned char tiles_[8][16 * 64] = {};
+};
+
+}  // namespace qkv::kernels::cpu

@@ -1,0 +1,58 @@
+#include "kernels/cpu/bf16_gemm.hpp"
+
+#include "kernels/cpu/amx_emulated.hpp"
+#include "kernels/cpu/cpu_features.hpp"
+
+namespace qkv::kernels::cpu {
+
+const char* path_name(MatrixPath path) {
+  switch (path) {
+    case MatrixPath::amx_bf16:
+      return "amx-bf16";
+    case MatrixPath::avx512_bf16:
+      return "avx512-bf16";
+    case MatrixPath::amx_emulated:
+      return "amx-emulated";
+  }
+  return "?";
+}
+
+bool path_available(MatrixPath path) {
+  const CpuFeatures& f = cpu_features();
+  switch (path) {
+    case MatrixPath::amx_bf16:
+      return f.amx_usable && f.amx_bf16;
+    case MatrixPath::avx512_bf16:
+      return f.avx512_bf16 && f.avx512bw;
+    case MatrixPath::amx_emulated:
+      return true;
+  }
+  return false;
+}
+
+bool best_bf16_path(MatrixPath& path) {
+  for (const MatrixPath p : {MatrixPath::amx_bf16, MatrixPath::avx512_bf16}) {
+    if (path_available(p)) {
+      path = p;
+      return true;
+    }
+  }
+  return false;
+}
+
+void bf16_gemm(MatrixPath path, std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
+               const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,
+               std::int64_t ldc) {
+  switch (path) {
+    case MatrixPath::amx_bf16:
+      return bf16_gemm_amx(m_tiles, n_tiles, k_chunks, a, lda, b, c, ldc);
+    case MatrixPath::avx512_bf16:
+      return bf16_gemm_avx512(m_tiles, n_tiles, k_chunks, a, lda, b, c, ldc);
+    case MatrixPath::amx_emulated: {
+      EmulatedAmx unit;
+      return amx_gemm(unit, m_tiles, n_tiles, k_chunks, a, lda, b, c, ldc);
+    }
+  }
+}
+
+}  // namespace qkv::kernels::cpu

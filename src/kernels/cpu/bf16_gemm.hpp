@@ -1,0 +1,53 @@
+#pragma once
+
+// bf16 matrix products with f32 accumulation on the CPU's matrix units, C = A B, in the layout
+// AMX tiles and VDPBF16PS read:
+// - A [m_tiles * 16, k_chunks * 32] bf16, row-major with leading dimension lda (elements);
+// - B [k_chunks * 32, n_tiles * 16] bf16 in pairs ("VNNI"): element (k, n) at
+//   ((k / 2) * N + n) * 2 + k % 2, N = n_tiles * 16, so one 32-bit word holds rows k and k + 1 of
+//   a column (pack_pairs_rows and pack_pairs_transposed write it);
+// - C [m_tiles * 16, n_tiles * 16] f32 with leading dimension ldc (elements), overwritten.
+// Each C element is a sum of exact bf16 x bf16 products rounded in f32 steps (two products per
+// step, in the order of k), whatever the path; the paths differ only in that order's grouping
+// and in flushing subnormals (the hardware's DAZ/FTZ), never by more than f32 rounding.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qkv::kernels::cpu {
+
+inline constexpr std::int64_t kUnitRows = 16;   // rows of a C or A tile
+inline constexpr std::int64_t kUnitCols = 16;   // f32 columns of a C tile
+inline constexpr std::int64_t kUnitDepth = 32;  // bf16 of an A tile row (64 bytes)
+
+enum class MatrixPath : std::uint8_t {
+  amx_bf16,      // AMX tiles, TDPBF16PS (Intel Sapphire Rapids and later)
+  avx512_bf16,   // VDPBF16PS on zmm registers (Intel Cooper Lake and later, AMD Zen 4 and later)
+  amx_emulated,  // the AMX kernel over tiles emulated in scalar code: runs anywhere, for tests
+};
+
+const char* path_name(MatrixPath path);
+
+// Whether this CPU (and OS) runs path; amx_emulated always.
+bool path_available(MatrixPath path);
+
+// The fastest path this CPU runs for the fused kernels' bf16 products, or none (false): then they
+// convert bf16 to f32 as they pack and compute in f32.
+bool best_bf16_path(MatrixPath& path);
+
+// C = A B as above, on path (which must be available).
+void bf16_gemm(MatrixPath path, std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
+               const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,
+               std::int64_t ldc);
+
+// The two paths compiled with their own instruction sets (bf16_gemm_avx512.cpp,
+// bf16_gemm_amx.cpp); called only through bf16_gemm.
+void bf16_gemm_avx512(std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
+                      const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,
+                      std::int64_t ldc);
+void bf16_gemm_amx(std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
+                   const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,
+                   std::int64_t ldc);
+
+}  // namespace qkv::kernels::cpu

@@ -1,0 +1,27 @@
+#pragma once
+
+// What this CPU and its operating system let the kernels run, read once from CPUID and XGETBV:
+// the instruction sets a matrix path needs are usable only when the CPU has them and the OS saves
+// their registers (AVX-512's in XCR0; AMX's tile data only after Linux grants this process the
+// permission, arch_prctl(ARCH_REQ_XCOMP_PERM), asked for once here).
+
+#include <string>
+#include <vector>
+
+namespace qkv::kernels::cpu {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false;
+  bool avx512_bf16 = false, avx512_fp16 = false;
+  bool amx_tile = false, amx_bf16 = false, amx_fp16 = false;
+  // AMX's tile data: the CPU has it, XCR0 enables it and Linux granted the permission.
+  bool amx_usable = false;
+  // The names (as /proc/cpuinfo spells them) of the features above that are usable.
+  std::vector<std::string> names() const;
+};
+
+// This machine's, computed on the first call (thread-safe).
+const CpuFeatures& cpu_features();
+
+}  // namespace qkv::kernels::cpu
