@@ -38,15 +38,24 @@ import sys
 from typing import Any, Optional, Sequence, Tuple
 
 from qkv import _qkv
-from qkv._qkv import __version__, get_num_threads, release_cached_memory, set_num_threads
+from qkv._qkv import (
+    __version__,
+    cpu_features,
+    get_num_threads,
+    matrix_paths,
+    release_cached_memory,
+    set_num_threads,
+)
 
 __all__ = [
     "__version__",
     "attention",
     "attention_backward",
     "attention_weights",
+    "cpu_features",
     "get_num_threads",
     "masks",
+    "matrix_paths",
     "release_cached_memory",
     "scaled_dot_product_attention",
     "scores",

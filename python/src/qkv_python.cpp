@@ -170,6 +170,12 @@ NB_MODULE(_qkv, m) {
 
   m.def("set_num_threads", &qkv::set_num_threads, "n"_a,
         "Sets qkv's thread budget (qkv::set_num_threads): the OpenMP threads its kernels share.");
+  m.def("matrix_paths", &qkv::matrix_paths,
+        "The paths of bf16 matrix products this CPU runs, best first (qkv::matrix_paths): "
+        "'amx-bf16', 'avx512-bf16', then 'f32-fma'.");
+  m.def("cpu_features", &qkv::cpu_features,
+        "The CPU features qkv's kernels can use here (qkv::cpu_features), as /proc/cpuinfo "
+        "names them.");
   m.def("get_num_threads", &qkv::num_threads,
         "qkv's thread budget (qkv::num_threads): the OpenMP threads its kernels share.");
   m.def(

@@ -77,9 +77,11 @@ bool reads_half_kv(Reader reader, const Tensor& k, const Tensor& v) {
 
 // q, k, v as the kernels read them (readable, or k and v as they are where reads_half_kv), alive
 // for as long as params point into them.
+// Where q is in that format too (last dimension contiguous), q_half keeps it as it lies beside
+// its f32 copy: the tiled forward may then compute in bf16 products (kernels/half_kv.hpp).
 template <class T>
 struct ComputeInputs {
-  Tensor q, k, v;
+  Tensor q, k, v, q_half;
   kernels::HalfKind half = kernels::HalfKind::none;
 
   ComputeInputs(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
@@ -89,6 +91,9 @@ struct ComputeInputs {
       k = k_in;
       v = v_in;
       half = k.dtype() == DType::bf16 ? kernels::HalfKind::bf16 : kernels::HalfKind::f16;
+      if (q_in.dtype() == k.dtype() && (q_in.size(-1) <= 1 || q_in.stride(-1) == 1)) {
+        q_half = q_in;
+      }
     } else {
       k = readable<T>(k_in);
       v = readable<T>(v_in);
@@ -105,7 +110,8 @@ struct ComputeInputs {
       p.k = rows_of<const T>(k);
       p.v = rows_of<const T>(v);
     } else {
-      p.half_kv = {half, rows_of<const std::uint16_t>(k), rows_of<const std::uint16_t>(v)};
+      p.half_kv = {half, rows_of<const std::uint16_t>(k), rows_of<const std::uint16_t>(v), {}};
+      if (q_half.defined()) p.half_kv.q = rows_of<const std::uint16_t>(q_half);
     }
     p.scale = static_cast<T>(scale.value_or(1.0 / std::sqrt(static_cast<double>(dims.D))));
     p.dropout = dropout;

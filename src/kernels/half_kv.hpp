@@ -24,10 +24,14 @@ enum class HalfKind : std::uint8_t { none, bf16, f16 };
 // kind none: the kernels read k and v of the params; else K [B, Tk, Hk, D] and V [B, Tk, Hk, Dv]
 // here, in that format (only the fused forward, computing in f32, is handed these: its decode
 // loads and its tile packing read them).
+// q: Q [B, Tq, Hq, D] in the same format where the caller's q is in it too (else null): then the
+// tiled forward may compute S and P V with bf16 products on the machine's matrix units
+// (bf16_gemm.hpp), P rounded to bf16, f32 accumulation.
 struct HalfKv {
   HalfKind kind = HalfKind::none;
   Rows<const std::uint16_t> k;
   Rows<const std::uint16_t> v;
+  Rows<const std::uint16_t> q;
 };
 
 }  // namespace qkv::kernels

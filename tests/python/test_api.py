@@ -292,8 +292,10 @@ def test_import_without_torch() -> None:
 def test_sixteen_bit_tensors_in_and_out(dtype: torch.dtype) -> None:
     """bfloat16 and float16 tensors come in without a copy and go out in their dtype: computed in
     float32, the very bits of the call on the tensors converted to float32 first, rounded once;
-    a decode-shaped call (4 queries against a KV cache view) reads the cache as it lies. Through
-    qkv.torch's autograd the gradients come back in the inputs' dtype."""
+    a decode-shaped call (4 queries against a KV cache view) reads the cache as it lies. (Tiled
+    bf16 calls of 4096 keys and more compute in bf16 products where the CPU has bf16 matrix units,
+    qkv.matrix_paths(): tests/kernels/cpu/test_bf16_forward.cpp.) Through qkv.torch's autograd the
+    gradients come back in the inputs' dtype."""
     gen = torch.Generator().manual_seed(3)
     cache = torch.randn(2, 4, 300, 32, generator=gen).to(dtype)  # [B, Hk, capacity, D]
     k, v = cache[:, :, :257].transpose(1, 2), cache[:, :, 1:258].transpose(1, 2)
@@ -329,3 +331,10 @@ def test_sixteen_bit_tensors_in_and_out(dtype: torch.dtype) -> None:
     out = qkv.attention(half, half, half)
     assert isinstance(out, np.ndarray) and out.dtype == np.float16
     assert np.array_equal(out, qkv.attention(*(half.astype(np.float32),) * 3).astype(np.float16))
+
+
+def test_matrix_paths_name_what_this_cpu_runs() -> None:
+    paths, features = qkv.matrix_paths(), qkv.cpu_features()
+    assert paths[-1] == "f32-fma" and set(paths) <= {"amx-bf16", "avx512-bf16", "f32-fma"}
+    assert ("avx512-bf16" in paths) == ("avx512_bf16" in features and "avx512bw" in features)
+    assert ("amx-bf16" in paths) == ("amx_bf16" in features)

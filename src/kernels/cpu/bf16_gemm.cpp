@@ -1,5 +1,7 @@
 #include "kernels/cpu/bf16_gemm.hpp"
 
+#include <atomic>
+
 #include "kernels/cpu/amx_emulated.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 
@@ -39,6 +41,27 @@ bool best_bf16_path(MatrixPath& path) {
   }
   return false;
 }
+
+namespace {
+
+// -1: the best path; -2: none; else a forced MatrixPath.
+std::atomic<int> forced_path{-1};
+
+}  // namespace
+
+bool fused_bf16_path(std::int64_t Tk, MatrixPath& path) {
+  const int forced = forced_path.load(std::memory_order_relaxed);
+  if (forced == -1) return Tk >= kBf16MinKeys && best_bf16_path(path);
+  if (forced == -2) return false;
+  path = static_cast<MatrixPath>(forced);
+  return true;
+}
+
+void force_fused_path(std::optional<MatrixPath> path) {
+  forced_path.store(path ? static_cast<int>(*path) : -2, std::memory_order_relaxed);
+}
+
+void reset_fused_path() { forced_path.store(-1, std::memory_order_relaxed); }
 
 void bf16_gemm(MatrixPath path, std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
                const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,

@@ -12,6 +12,7 @@
 // and in flushing subnormals (the hardware's DAZ/FTZ), never by more than f32 rounding.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,22 @@ bool path_available(MatrixPath path);
 // The fastest path this CPU runs for the fused kernels' bf16 products, or none (false): then they
 // convert bf16 to f32 as they pack and compute in f32.
 bool best_bf16_path(MatrixPath& path);
+
+// The tiled forward takes bf16 products from this many keys: below, packing K and V into pairs
+// (scalar code, O(Tk D) per call) costs more than the products save. qkv.attention, bf16, B 1, H
+// 8, 2 threads of an AMD EPYC Zen 5 (avx512_bf16), medians of 7: Tk 1024 7.6 ms against 5.8 in
+// f32 products (D 64), 13.6 against 10.8 (D 128); 2048 25.2 against 22.5, 40.3 against 41.1;
+// 4096 81 against 85, 131 against 158.
+inline constexpr std::int64_t kBf16MinKeys = 4096;
+
+// The path of the fused forward's bf16 products for Tk keys (true), or none: best_bf16_path from
+// kBf16MinKeys keys, unless a test forced a choice (whatever Tk).
+bool fused_bf16_path(std::int64_t Tk, MatrixPath& path);
+
+// For tests, process-wide: the fused forward's bf16 products on path (available), or with nullopt
+// none (f32 compute), until reset_fused_path().
+void force_fused_path(std::optional<MatrixPath> path);
+void reset_fused_path();
 
 // C = A B as above, on path (which must be available).
 void bf16_gemm(MatrixPath path, std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,

@@ -11,17 +11,21 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/block_view.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/bf16_pack.hpp"
 #include "kernels/cpu/decode.hpp"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
 #include "kernels/cpu/key_tiles-inl.h"
 #include "kernels/cpu/large_buffer.hpp"
+#include "kernels/cpu/pair_tiles.hpp"
 #include "kernels/cpu/softmax_state-inl.h"
 #include "kernels/cpu/tile-inl.h"
 
@@ -47,17 +51,161 @@ void values_kept(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::
   }
 }
 
-// Folds every key into `state`, the online-softmax state of rows [i0, i0 + live) of head h of
-// batch b, from the tiles of its k/v head in `keys`. Tiles the mask empties are skipped (and never
-// packed).
+// The products of the f32 path: S = (scale Q) K^T and acc += P V in f32 FMA, from KeyTiles
+// (K and V in T, or a 16-bit cache converted as it is packed).
 template <class T, class ScoreMod, class MaskMod>
-void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, KeyTiles<T>& keys, std::int64_t b,
+class F32Products {
+ public:
+  F32Products(const FwdParams<T, ScoreMod, MaskMod>& p, KeyTiles<T>& keys,
+              ForwardScratch<T>& scratch)
+      : p_(p), keys_(keys), q_(scratch.q.get()) {}
+
+  // q_ [live, D] <- scale * Q of rows [i0, i0 + live) of head h of batch b.
+  void rows(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t live) {
+    scale_rows(p_.q.at(b, i0, h), p_.q.row, live, p_.dims.D, p_.scale, q_);
+  }
+  void ensure(std::int64_t head_kv, std::int64_t kb) { keys_.ensure(head_kv, kb); }
+  // s [live, kBk] <- (scale Q) K^T for tile kb (the pack's zero padding fills columns past Tk).
+  void scores(std::int64_t head_kv, std::int64_t kb, std::int64_t live, T* s) {
+    gemm<true>(live, kBk, p_.dims.D, q_, p_.dims.D, keys_.kt(head_kv, kb), kBk, s, kBk, false);
+  }
+  // acc [live, Dv] += P V for tile kb, with P in s.
+  void values(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t live,
+              std::int64_t head_kv, std::int64_t kb, std::int64_t cols, bool all_full, const T* s,
+              T* acc) {
+    const T* vt = keys_.vt(head_kv, kb);
+    if (!all_full && !keys_.v_finite(head_kv, kb)) {
+      values_kept(p_, b, h, i0, live, kb * kBk, cols, s, vt, acc);
+    } else {
+      gemm(live, p_.dims.Dv, cols, s, kBk, vt, p_.dims.Dv, acc, p_.dims.Dv, true);
+    }
+  }
+
+ private:
+  const FwdParams<T, ScoreMod, MaskMod>& p_;
+  KeyTiles<T>& keys_;
+  T* q_;
+};
+
+// The products of the bf16 path (q, k and v all bf16, T = float): S = Q K^T from the bf16 values
+// as they lie, then scaled in f32, and acc += P V with P rounded to bf16, both on the machine's
+// matrix units (bf16_gemm.hpp) with f32 accumulation. The softmax between them is the f32 path's.
+template <class ScoreMod, class MaskMod>
+class Bf16Products {
+ public:
+  Bf16Products(const FwdParams<float, ScoreMod, MaskMod>& p, PairTiles& pairs, MatrixPath path,
+               std::int64_t block)
+      : p_(p),
+        pairs_(pairs),
+        path_(path),
+        row_tiles_max_((block + kUnitRows - 1) / kUnitRows),
+        q_(static_cast<size_t>(row_tiles_max_ * kUnitRows * pairs.depth())),
+        p16_(static_cast<size_t>(row_tiles_max_ * kUnitRows * kBk)),
+        c_(static_cast<size_t>(row_tiles_max_ * kUnitRows * std::max(kBk, pairs.cols_v()))) {}
+
+  // q_ [live rounded up to 16, D32] <- Q's bf16 rows, zero past D and live.
+  void rows(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t live) {
+    row_tiles_ = (live + kUnitRows - 1) / kUnitRows;
+    const std::int64_t depth = pairs_.depth();
+    std::fill(q_.begin(), q_.begin() + row_tiles_ * kUnitRows * depth, std::uint16_t{0});
+    for (std::int64_t r = 0; r < live; ++r) {
+      std::copy_n(p_.half_kv.q.at(b, i0 + r, h), p_.dims.D, q_.data() + r * depth);
+    }
+  }
+  void ensure(std::int64_t head_kv, std::int64_t kb) { pairs_.ensure(head_kv, kb); }
+  // s [live, kBk] <- scale * (Q K^T) for tile kb (columns past Tk: 0, from the zero pairs).
+  void scores(std::int64_t head_kv, std::int64_t kb, std::int64_t live, float* s) {
+    bf16_gemm(path_, row_tiles_, kBk / kUnitCols, pairs_.depth() / kUnitDepth, q_.data(),
+              pairs_.depth(), pairs_.kp(head_kv, kb), c_.data(), kBk);
+    const hn::ScalableTag<float> d;
+    const auto scale = hn::Set(d, p_.scale);
+    for (std::int64_t x = 0; x < live * kBk; x += static_cast<std::int64_t>(hn::Lanes(d))) {
+      hn::StoreU(hn::Mul(scale, hn::LoadU(d, c_.data() + x)), d, s + x);
+    }
+  }
+  // acc [live, Dv] += P V for tile kb, with P in s (rounded to bf16 here).
+  void values(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t live,
+              std::int64_t head_kv, std::int64_t kb, std::int64_t cols, bool all_full,
+              const float* s, float* acc) {
+    const std::int64_t dim_v = p_.dims.Dv;
+    if (!all_full && !pairs_.v_finite(head_kv, kb)) {
+      // As values_kept: a dropped key's non-finite value never meets its P = 0.
+      for (std::int64_t r = 0; r < live; ++r) {
+        for (std::int64_t c = 0; c < cols; ++c) {
+          if (!p_.mask_mod(b, h, i0 + r, kb * kBk + c)) continue;
+          const float pr = bf16_bits_to_f32(f32_to_bf16_bits(s[r * kBk + c]));
+          for (std::int64_t x = 0; x < dim_v; ++x) {
+            acc[r * dim_v + x] += pr * pairs_.v_at(head_kv, kb, c, x);
+          }
+        }
+      }
+      return;
+    }
+    round_bf16(s, p16_.data(), live * kBk);
+    std::fill(p16_.begin() + live * kBk, p16_.begin() + row_tiles_ * kUnitRows * kBk,
+              std::uint16_t{0});
+    const std::int64_t cols_v = pairs_.cols_v();
+    bf16_gemm(path_, row_tiles_, cols_v / kUnitCols, kBk / kUnitDepth, p16_.data(), kBk,
+              pairs_.vp(head_kv, kb), c_.data(), cols_v);
+    for (std::int64_t r = 0; r < live; ++r) {
+      add_row(c_.data() + r * cols_v, acc + r * dim_v, dim_v);
+    }
+  }
+
+ private:
+  // dst [n] <- x [n] rounded to bf16 bits as f32_to_bf16_bits does (nearest even, NaN made
+  // quiet), in vectors: one element at a time, it cost as much as the tile's products.
+  static void round_bf16(const float* x, std::uint16_t* dst, std::int64_t n) {
+    const hn::ScalableTag<float> df;
+    const hn::RebindToSigned<decltype(df)> di;
+    const hn::Rebind<std::uint16_t, decltype(df)> d16;
+    const auto L = static_cast<std::int64_t>(hn::Lanes(df));
+    const auto half = hn::Set(di, 0x7fff);
+    const auto one = hn::Set(di, 1);
+    const auto quiet = hn::Set(di, 0x40);
+    const auto low16 = hn::Set(di, 0xffff);
+    std::int64_t i = 0;
+    for (; i + L <= n; i += L) {
+      const auto v = hn::LoadU(df, x + i);
+      const auto bits = hn::BitCast(di, v);
+      const auto top = hn::And(hn::ShiftRight<16>(bits), low16);  // the upper 16 bits
+      const auto even = hn::And(top, one);
+      const auto rounded = hn::And(hn::ShiftRight<16>(hn::Add(bits, hn::Add(half, even))), low16);
+      const auto out =
+          hn::IfThenElse(hn::RebindMask(di, hn::IsNaN(v)), hn::Or(top, quiet), rounded);
+      hn::StoreU(hn::DemoteTo(d16, out), d16, dst + i);
+    }
+    for (; i < n; ++i) dst[i] = f32_to_bf16_bits(x[i]);
+  }
+
+  // y [n] += x [n].
+  static void add_row(const float* x, float* y, std::int64_t n) {
+    const hn::ScalableTag<float> d;
+    const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+    std::int64_t i = 0;
+    for (; i + L <= n; i += L)
+      hn::StoreU(hn::Add(hn::LoadU(d, y + i), hn::LoadU(d, x + i)), d, y + i);
+    for (; i < n; ++i) y[i] += x[i];
+  }
+
+  const FwdParams<float, ScoreMod, MaskMod>& p_;
+  PairTiles& pairs_;
+  MatrixPath path_;
+  std::int64_t row_tiles_max_, row_tiles_ = 0;
+  std::vector<std::uint16_t> q_, p16_;
+  std::vector<float> c_;
+};
+
+// Folds every key into `state`, the online-softmax state of rows [i0, i0 + live) of head h of
+// batch b, from the tiles of its k/v head through `products` (F32Products or Bf16Products). Tiles
+// the mask empties are skipped (and never packed).
+template <class T, class ScoreMod, class MaskMod, class Products>
+void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, std::int64_t b,
                  std::int64_t h, std::int64_t i0, std::int64_t live, ForwardScratch<T>& scratch,
                  const SoftmaxState<T>& state) {
   const Dims& d = p.dims;
   if (live == 0) return;
-  T* q = scratch.q.get();  // scale * Q of these rows, [live, D]
-  scale_rows(p.q.at(b, i0, h), p.q.row, live, d.D, p.scale, q);
+  products.rows(b, h, i0, live);
   // The block mask's q-blocks in these rows (a forward block is one or two of them), and the
   // k-blocks any of them needs.
   const BlockView blocks(p.blocks);
@@ -82,41 +230,27 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, KeyTiles<T>& keys, st
       all_full = all_full && kinds[x] == TileKind::full;
     }
     if (!any) continue;
-    keys.ensure(head_kv, kb);
+    products.ensure(head_kv, kb);
     T* s = scratch.s.get();
-    // S = (scale Q) K^T for this tile (the pack's zero padding fills columns past Tk).
-    gemm<true>(live, kBk, d.D, q, d.D, keys.kt(head_kv, kb), kBk, s, kBk, false);
+    products.scores(head_kv, kb, live, s);
     softmax_tile(p, b, h, i0, live, j0, cols, kinds, s, scratch.z.get(), state);
-    const T* vt = keys.vt(head_kv, kb);
-    if (!all_full && !keys.v_finite(head_kv, kb)) {
-      values_kept(p, b, h, i0, live, j0, cols, s, vt, state.acc);
-    } else {
-      gemm(live, d.Dv, cols, s, kBk, vt, d.Dv, state.acc, d.Dv, true);  // acc += P V
-    }
+    products.values(b, h, i0, live, head_kv, kb, cols, all_full, s, state.acc);
   }
 }
 
 // Prefill and training shapes: K^T and V packed once per call (KeyTiles), work split over
 // (b, h, q-block).
-template <class T, class ScoreMod, class MaskMod>
-void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
+template <class T, class ScoreMod, class MaskMod, class MakeProducts>
+void forward_blocks(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t block,
+                    const MakeProducts& make_products) {
   const Dims& d = p.dims;
-  KeyTiles<T> keys(d, p.k, p.v, p.half_kv);
-  // A sparse mask (most tiles empty) keeps 64-row blocks: a 128-row block computes the union of
-  // its two halves' tiles, and its K and V tiles fit the cache anyway (qkv bench --variants, T =
-  // 8192, fwd, AMD EPYC Zen 3: bigbird's time over full x kept tiles was 2.06 with 128 rows).
-  const bool sparse = 2 * p.blocks->counts[static_cast<int>(TileKind::empty)] >
-                      static_cast<std::int64_t>(p.blocks->kinds.size());
-  const std::int64_t block =
-      sparse
-          ? TileTraits::kBlockQ
-          : TileTraits::forward_block_q(d.Tk * (d.D + d.Dv) * static_cast<std::int64_t>(sizeof(T)));
   const std::int64_t q_blocks = (d.Tq + block - 1) / block;
   const std::int64_t items = d.B * d.Hq * q_blocks;
 #pragma omp parallel
   {
     ForwardScratch<T> scratch(block, d.D, d.Dv);
     const SoftmaxState<T> state = scratch.state();
+    auto products = make_products(scratch);
     // Dynamic scheduling, last q-blocks first: under a causal mask they are the heaviest, so the
     // light ones fill in at the end.
 #pragma omp for schedule(dynamic, 1)
@@ -128,10 +262,41 @@ void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
       const std::int64_t rows = std::min(block, d.Tq - i0);
       const std::int64_t live = live_rows(p, b, i0, rows);
       state.reset(rows, d.Dv);
-      attend_keys(p, keys, b, h, i0, live, scratch, state);
+      attend_keys(p, products, b, h, i0, live, scratch, state);
       write_rows(p, b, h, i0, rows, live, state);
     }
   }
+}
+
+// Prefill and training shapes: K and V packed once per call (KeyTiles, or PairTiles for the bf16
+// products), work split over (b, h, q-block).
+template <class T, class ScoreMod, class MaskMod>
+void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
+  const Dims& d = p.dims;
+  // A sparse mask (most tiles empty) keeps 64-row blocks: a 128-row block computes the union of
+  // its two halves' tiles, and its K and V tiles fit the cache anyway (qkv bench --variants, T =
+  // 8192, fwd, AMD EPYC Zen 3: bigbird's time over full x kept tiles was 2.06 with 128 rows).
+  const bool sparse = 2 * p.blocks->counts[static_cast<int>(TileKind::empty)] >
+                      static_cast<std::int64_t>(p.blocks->kinds.size());
+  const std::int64_t block =
+      sparse
+          ? TileTraits::kBlockQ
+          : TileTraits::forward_block_q(d.Tk * (d.D + d.Dv) * static_cast<std::int64_t>(sizeof(T)));
+  if constexpr (std::is_same_v<T, float>) {
+    MatrixPath path;
+    if (p.half_kv.kind == HalfKind::bf16 && p.half_kv.q.data != nullptr &&
+        fused_bf16_path(d.Tk, path)) {
+      PairTiles pairs(d, p.half_kv.k, p.half_kv.v);
+      forward_blocks(p, block, [&](ForwardScratch<T>&) {
+        return Bf16Products<ScoreMod, MaskMod>(p, pairs, path, block);
+      });
+      return;
+    }
+  }
+  KeyTiles<T> keys(d, p.k, p.v, p.half_kv);
+  forward_blocks(p, block, [&](ForwardScratch<T>& scratch) {
+    return F32Products<T, ScoreMod, MaskMod>(p, keys, scratch);
+  });
 }
 
 void ExpSoftmaxF32(const float* x, float* y, std::int64_t n) {

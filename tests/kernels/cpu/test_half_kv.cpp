@@ -2,7 +2,9 @@
 // kernel as it streams them, the tiled one as it packs its tiles. Every 16-bit value converts to
 // f32 exactly and the kernels compute in f32, so the results must be the very bits of the same
 // call on the inputs converted to f32 first, on every SIMD target, with every option and with
-// flex mods; and within FlashAttention's rule of the f64 reference.
+// flex mods; and within FlashAttention's rule of the f64 reference. (Where this CPU has bf16
+// matrix units, the tiled forward of bf16 q, k and v computes in bf16 products instead: those
+// bit-for-bit tests force the f32 path; test_bf16_forward.cpp tests the other.)
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/bf16_gemm.hpp"
 #include "kernels/cpu/fused_case.hpp"
 #include "qkv/qkv.hpp"
 
@@ -40,8 +43,15 @@ AttentionOutput converted_first(const FusedInputs& in, const AttentionOptions& o
 
 class HalfKv : public ::testing::TestWithParam<HalfCase> {};
 
+// The f32 path for as long as it lives.
+struct F32Path {
+  F32Path() { kernels::cpu::force_fused_path(std::nullopt); }
+  ~F32Path() { kernels::cpu::reset_fused_path(); }
+};
+
 TEST_P(HalfKv, SameBitsAsTheCacheConvertedFirstOnEveryTarget) {
   const HalfCase& c = GetParam();
+  const F32Path f32_path;
   const FusedInputs in = make_inputs(c.shape, c.dtype);
   AttentionOptions options = in.options;
   options.backend = Backend::cpu;
@@ -157,6 +167,7 @@ INSTANTIATE_TEST_SUITE_P(Caches, HalfKv, ::testing::ValuesIn(cases()),
 // its first Tk positions, with NaN in the keys and values past each batch's length (never read
 // into a result); flex_attention with a score mod over it gives the bits of the converted call.
 TEST(HalfKv, ReadsACacheViewAndNeverItsUnusedTail) {
+  const F32Path f32_path;
   const std::int64_t B = 2, Hq = 8, Hk = 2, capacity = 4096, Tk = 3000, D = 128, Tq = 2;
   Generator g(11);
   const auto cache = [&] {

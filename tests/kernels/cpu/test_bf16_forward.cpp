@@ -1,0 +1,149 @@
+// The tiled forward of bf16 q, k and v in bf16 products on the machine's matrix units
+// (kernels/cpu/bf16_gemm.hpp: S = Q K^T and P V with P rounded to bf16, f32 accumulation, the
+// softmax in f32), on every path this CPU runs and on the emulated AMX tiles everywhere: within
+// FlashAttention's rule of the f64 reference (at most twice the error of the reference computed
+// from the same bf16 inputs and rounded to bf16), with the options and mods of the f32 path;
+// deterministic over thread counts; and really taken (its bits differ from the f32 path's).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/fused_case.hpp"
+#include "qkv/qkv.hpp"
+
+namespace qkv::testing {
+namespace {
+
+using kernels::cpu::MatrixPath;
+
+// The paths to test here: the emulated tiles, and every hardware path this CPU runs.
+std::vector<MatrixPath> paths() {
+  std::vector<MatrixPath> out = {MatrixPath::amx_emulated};
+  for (const MatrixPath p : {MatrixPath::amx_bf16, MatrixPath::avx512_bf16}) {
+    if (kernels::cpu::path_available(p)) {
+      out.push_back(p);
+    } else {
+      std::printf("[ NOTE     ] not run here (this CPU lacks it): %s\n",
+                  kernels::cpu::path_name(p));
+    }
+  }
+  return out;
+}
+
+// A forced path (or none: f32) for as long as it lives.
+struct ForcedPath {
+  explicit ForcedPath(std::optional<MatrixPath> path) { kernels::cpu::force_fused_path(path); }
+  ~ForcedPath() { kernels::cpu::reset_fused_path(); }
+};
+
+std::vector<FusedCase> shapes() {
+  std::vector<FusedCase> out;
+  FusedCase tiled;  // q-blocks of 64 and 128 rows, a ragged last tile, D and Dv off the tiles
+  tiled.B = 2;
+  tiled.Tq = 150;
+  tiled.Tk = 333;
+  tiled.Hq = 4;
+  tiled.Hk = 2;
+  tiled.D = 40;
+  tiled.Dv = 24;
+  tiled.causal = Causal::top_left;
+  tiled.padding = true;
+  tiled.bias = true;
+  tiled.dropout = 0.2;
+  out.push_back(tiled);
+  FusedCase wide;  // D = 128, a window, soft-capping, ALiBi, GQA
+  wide.B = 1;
+  wide.Tq = 200;
+  wide.Tk = 700;
+  wide.Hq = 4;
+  wide.Hk = 1;
+  wide.D = wide.Dv = 128;
+  wide.window = {300, 40};
+  wide.softcap = 30.0;
+  wide.alibi = true;
+  out.push_back(wide);
+  FusedCase views;  // heads-first views, a keep-mask, bottom-right causal, Dv wider than D
+  views.B = 2;
+  views.Tq = 70;
+  views.Tk = 260;
+  views.Hq = views.Hk = 3;
+  views.D = 64;
+  views.Dv = 80;
+  views.causal = Causal::bottom_right;
+  views.mask = true;
+  views.strided = true;
+  views.q_scale = 4.0;
+  out.push_back(views);
+  return out;
+}
+
+class Bf16Forward : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(Bf16Forward, WithinTwiceTheLowPrecisionReferencesErrorOnEveryPath) {
+  const FusedInputs in = make_inputs(GetParam(), DType::bf16);
+  AttentionOptions cpu = in.options, ref = in.options, ref64 = in.options;
+  cpu.backend = Backend::cpu;
+  ref.backend = ref64.backend = Backend::reference;
+  if (ref64.bias.defined()) ref64.bias = ref64.bias.to(DType::f64);
+  const AttentionOutput exact =
+      attention_forward(in.q.to(DType::f64), in.k.to(DType::f64), in.v.to(DType::f64), ref64);
+  const AttentionOutput low = attention_forward(in.q, in.k, in.v, ref);
+  const double slack = 1e-6 * std::max(1.0, max_abs(exact.out));
+  AttentionOutput f32;
+  {
+    const ForcedPath none(std::nullopt);
+    f32 = attention_forward(in.q, in.k, in.v, cpu);
+  }
+  for (const MatrixPath path : paths()) {
+    SCOPED_TRACE(kernels::cpu::path_name(path));
+    const ForcedPath forced(path);
+    const AttentionOutput got = attention_forward(in.q, in.k, in.v, cpu);
+    EXPECT_EQ(got.out.dtype(), DType::bf16);
+    EXPECT_LE(max_error(got.out, exact.out), 2 * max_error(low.out, exact.out) + slack);
+    EXPECT_LE(max_error(got.lse, exact.lse), 2 * max_error(low.lse, exact.lse) + 1e-5);
+    // P rounded to bf16 moves some outputs by a bf16 unit: the path was taken.
+    EXPECT_FALSE(bitwise_equal({got.out.to_vector()}, {f32.out.to_vector()}));
+    // The same bits on one thread as on two.
+    const int threads = num_threads();
+    set_num_threads(1);
+    const AttentionOutput one = attention_forward(in.q, in.k, in.v, cpu);
+    set_num_threads(threads);
+    EXPECT_TRUE(bitwise_equal({got.out.to_vector(), got.lse.to_vector()},
+                              {one.out.to_vector(), one.lse.to_vector()}));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Forward, ::testing::ValuesIn(shapes()),
+                         [](const ::testing::TestParamInfo<FusedCase>& info) {
+                           return info.param.name();
+                         });
+
+// f16 q, k and v: no bf16 products (AMX-FP16 is not used yet), the f32 path's bits whatever the
+// path forced.
+TEST(Bf16Forward, F16StaysOnTheF32Path) {
+  FusedCase c;
+  c.B = 1;
+  c.Tq = 100;
+  c.Tk = 130;
+  c.D = c.Dv = 64;
+  const FusedInputs in = make_inputs(c, DType::f16);
+  AttentionOptions cpu = in.options;
+  cpu.backend = Backend::cpu;
+  AttentionOutput forced_run, f32;
+  {
+    const ForcedPath forced(MatrixPath::amx_emulated);
+    forced_run = attention_forward(in.q, in.k, in.v, cpu);
+  }
+  {
+    const ForcedPath none(std::nullopt);
+    f32 = attention_forward(in.q, in.k, in.v, cpu);
+  }
+  EXPECT_TRUE(bitwise_equal({forced_run.out.to_vector(), forced_run.lse.to_vector()},
+                            {f32.out.to_vector(), f32.lse.to_vector()}));
+}
+
+}  // namespace
+}  // namespace qkv::testing
