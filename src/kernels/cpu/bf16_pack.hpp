@@ -1,26 +1,13 @@
 #pragma once
 
-// The operands of bf16_gemm.hpp from the kernels' tiles: rows of A in bf16, and B in pairs, from
+// The B operands of bf16_gemm.hpp from the kernels' tiles: B in pairs, from
 // a row-major source (V: B[k][n] = V[k][n]) or a transposed one (K^T: B[k][n] = K[n][k]). Every
 // element past the source's extent is zero, so padding to whole tiles adds nothing to C.
 
 #include <cstdint>
 #include <cstring>
 
-#include "qkv/half.hpp"
-
 namespace qkv::kernels::cpu {
-
-// dst [rows, depth] (leading dimension ldd) <- src [rows, cols] f32 (leading dimension lds),
-// rounded to bf16 (nearest even), columns past cols zero.
-inline void round_rows_bf16(const float* src, std::int64_t lds, std::int64_t rows,
-                            std::int64_t cols, std::int64_t depth, std::uint16_t* dst,
-                            std::int64_t ldd) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = f32_to_bf16_bits(src[r * lds + c]);
-    std::memset(dst + r * ldd + cols, 0, static_cast<size_t>(depth - cols) * 2);
-  }
-}
 
 // B [depth, N] in pairs <- src [rows, cols] bf16 (leading dimension lds): B[k][n] = src[k][n] for
 // k < rows, n < cols, else 0.

@@ -19,7 +19,6 @@
 #include "hwy/highway.h"
 #include "kernels/block_view.hpp"
 #include "kernels/cpu/bf16_gemm.hpp"
-#include "kernels/cpu/bf16_pack.hpp"
 #include "kernels/cpu/decode.hpp"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
@@ -117,11 +116,7 @@ class Bf16Products {
   void scores(std::int64_t head_kv, std::int64_t kb, std::int64_t live, float* s) {
     bf16_gemm(path_, row_tiles_, kBk / kUnitCols, pairs_.depth() / kUnitDepth, q_.data(),
               pairs_.depth(), pairs_.kp(head_kv, kb), c_.data(), kBk);
-    const hn::ScalableTag<float> d;
-    const auto scale = hn::Set(d, p_.scale);
-    for (std::int64_t x = 0; x < live * kBk; x += static_cast<std::int64_t>(hn::Lanes(d))) {
-      hn::StoreU(hn::Mul(scale, hn::LoadU(d, c_.data() + x)), d, s + x);
-    }
+    scale_rows(c_.data(), kBk, live, kBk, p_.scale, s);
   }
   // acc [live, Dv] += P V for tile kb, with P in s (rounded to bf16 here).
   void values(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t live,
@@ -148,7 +143,7 @@ class Bf16Products {
     bf16_gemm(path_, row_tiles_, cols_v / kUnitCols, kBk / kUnitDepth, p16_.data(), kBk,
               pairs_.vp(head_kv, kb), c_.data(), cols_v);
     for (std::int64_t r = 0; r < live; ++r) {
-      add_row(c_.data() + r * cols_v, acc + r * dim_v, dim_v);
+      axpy(1.0f, c_.data() + r * cols_v, acc + r * dim_v, dim_v);
     }
   }
 
@@ -176,16 +171,6 @@ class Bf16Products {
       hn::StoreU(hn::DemoteTo(d16, out), d16, dst + i);
     }
     for (; i < n; ++i) dst[i] = f32_to_bf16_bits(x[i]);
-  }
-
-  // y [n] += x [n].
-  static void add_row(const float* x, float* y, std::int64_t n) {
-    const hn::ScalableTag<float> d;
-    const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-    std::int64_t i = 0;
-    for (; i + L <= n; i += L)
-      hn::StoreU(hn::Add(hn::LoadU(d, y + i), hn::LoadU(d, x + i)), d, y + i);
-    for (; i < n; ++i) y[i] += x[i];
   }
 
   const FwdParams<float, ScoreMod, MaskMod>& p_;

@@ -12,6 +12,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/cpu/load_as-inl.h"
+#include "kernels/cpu/tile_traits.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
@@ -103,10 +104,6 @@ void pack_rows(const E* src, std::int64_t ld, std::int64_t n, std::int64_t cols,
                T* dst) {
   convert_rows(src, ld, n, cols, dst, cols);
   std::fill(dst + n * cols, dst + n_pad * cols, T(0));
-}
-
-constexpr std::int64_t round_up(std::int64_t x, std::int64_t multiple) {
-  return (x + multiple - 1) / multiple * multiple;
 }
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE

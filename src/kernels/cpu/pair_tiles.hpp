@@ -16,10 +16,9 @@
 #include "kernels/cpu/pack_once.hpp"
 #include "kernels/cpu/tile_traits.hpp"
 #include "kernels/params.hpp"
+#include "qkv/half.hpp"
 
 namespace qkv::kernels::cpu {
-
-inline std::int64_t round_up_to(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
 class PairTiles {
  public:
@@ -33,10 +32,10 @@ class PairTiles {
         tk_(d.Tk),
         dim_(d.D),
         dim_v_(d.Dv),
-        depth_(round_up_to(std::max<std::int64_t>(d.D, 1), kUnitDepth)),
-        cols_v_(round_up_to(std::max<std::int64_t>(d.Dv, 1), kUnitCols)),
+        depth_(round_up(std::max<std::int64_t>(d.D, 1), kUnitDepth)),
+        cols_v_(round_up(std::max<std::int64_t>(d.Dv, 1), kUnitCols)),
         heads_(d.Hk),
-        tiles_(round_up_to(std::max<std::int64_t>(d.Tk, 1), kKeys) / kKeys),
+        tiles_(round_up(std::max<std::int64_t>(d.Tk, 1), kKeys) / kKeys),
         kp_(allocate_large<std::uint16_t>(
             static_cast<size_t>(d.B * heads_ * tiles_ * kKeys * depth_))),
         vp_(allocate_large<std::uint16_t>(

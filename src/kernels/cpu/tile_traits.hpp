@@ -4,6 +4,10 @@
 
 namespace qkv::kernels::cpu {
 
+constexpr std::int64_t round_up(std::int64_t x, std::int64_t multiple) {
+  return (x + multiple - 1) / multiple * multiple;
+}
+
 // Tile sizes of the fused kernels. kBlockK must be a multiple of the widest vector (16 f32 lanes
 // in AVX-512) so that row operations on a score tile need no tail.
 //

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/forced_path.hpp"
 #include "kernels/cpu/fused_case.hpp"
 #include "qkv/qkv.hpp"
 
@@ -32,12 +33,6 @@ std::vector<MatrixPath> paths() {
   }
   return out;
 }
-
-// A forced path (or none: f32) for as long as it lives.
-struct ForcedPath {
-  explicit ForcedPath(std::optional<MatrixPath> path) { kernels::cpu::force_fused_path(path); }
-  ~ForcedPath() { kernels::cpu::reset_fused_path(); }
-};
 
 std::vector<FusedCase> shapes() {
   std::vector<FusedCase> out;

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/forced_path.hpp"
 #include "kernels/cpu/fused_case.hpp"
 #include "qkv/qkv.hpp"
 
@@ -43,15 +43,9 @@ AttentionOutput converted_first(const FusedInputs& in, const AttentionOptions& o
 
 class HalfKv : public ::testing::TestWithParam<HalfCase> {};
 
-// The f32 path for as long as it lives.
-struct F32Path {
-  F32Path() { kernels::cpu::force_fused_path(std::nullopt); }
-  ~F32Path() { kernels::cpu::reset_fused_path(); }
-};
-
 TEST_P(HalfKv, SameBitsAsTheCacheConvertedFirstOnEveryTarget) {
   const HalfCase& c = GetParam();
-  const F32Path f32_path;
+  const ForcedPath f32_path(std::nullopt);
   const FusedInputs in = make_inputs(c.shape, c.dtype);
   AttentionOptions options = in.options;
   options.backend = Backend::cpu;
@@ -167,7 +161,7 @@ INSTANTIATE_TEST_SUITE_P(Caches, HalfKv, ::testing::ValuesIn(cases()),
 // its first Tk positions, with NaN in the keys and values past each batch's length (never read
 // into a result); flex_attention with a score mod over it gives the bits of the converted call.
 TEST(HalfKv, ReadsACacheViewAndNeverItsUnusedTail) {
-  const F32Path f32_path;
+  const ForcedPath f32_path(std::nullopt);
   const std::int64_t B = 2, Hq = 8, Hk = 2, capacity = 4096, Tk = 3000, D = 128, Tq = 2;
   Generator g(11);
   const auto cache = [&] {
