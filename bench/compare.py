@@ -1,7 +1,7 @@
 """qkv against torch.nn.functional.scaled_dot_product_attention on the CPU, in one process.
 
 For the shapes of the CPU benchmark (B = 1, H = 8, T in {512, ..., 8192}, D in {64, 128}, causal
-and not, float32), times the forward and the forward + backward of qkv (the fused kernel, through
+and not; float32, or with --dtype bfloat16 or float16 q, k, v and gradients), times the forward and the forward + backward of qkv (the fused kernel, through
 qkv.attention and the qkv.torch autograd Function) and of PyTorch's fused CPU path
 (SDPBackend.FLASH_ATTENTION) and its math path (SDPBackend.MATH), with the same thread count for
 both libraries. Reps are interleaved (qkv, flash, math, then the next rep in a rotated order) so
@@ -10,6 +10,7 @@ call of each also checks that the three agree: the largest difference between qk
 gradients) and PyTorch's is printed and recorded.
 
     build/venv/bin/python bench/compare.py --json bench/compare-$(date +%F).json
+    build/venv/bin/python bench/compare.py --dtype bfloat16 --json bench/compare-bf16-$(date +%F).json
 """
 
 from __future__ import annotations
@@ -30,17 +31,29 @@ import qkv
 import qkv.torch
 
 
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return (time.perf_counter() - start) * 1e3
 
 
-def make_runners(B: int, H: int, T: int, D: int, causal: bool, backward: bool):
+def make_runners(B: int, H: int, T: int, D: int, causal: bool, backward: bool, dtype: torch.dtype):
     """One callable per contender, each on the same values in its own native layout: qkv's
-    [B, T, H, D] and PyTorch's [B, H, T, D], both contiguous."""
+    [B, T, H, D] and PyTorch's [B, H, T, D], both contiguous, in dtype."""
     g = torch.Generator().manual_seed(T * 1000 + D)
-    q, k, v, dout = (torch.randn(B, H, T, D, generator=g) for _ in range(4))  # [B, H, T, D]
+    q, k, v, dout = (torch.randn(B, H, T, D, generator=g).to(dtype) for _ in range(4))  # [B, H, T, D]
     q_t, k_t, v_t, dout_t = (x.transpose(1, 2).contiguous() for x in (q, k, v, dout))
     for x in (q, k, v, q_t, k_t, v_t):
         x.requires_grad_(backward)
@@ -88,8 +101,8 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.detach().double() - b.detach().double()).abs().max().item()
 
 
-def measure(B, H, T, D, causal, backward, reps) -> Dict[str, object]:
-    runners, grads = make_runners(B, H, T, D, causal, backward)
+def measure(B, H, T, D, causal, backward, reps, dtype) -> Dict[str, object]:
+    runners, grads = make_runners(B, H, T, D, causal, backward, dtype)
     # Warm-up, and the check that all three compute the same thing.
     outs, grad_sets = {}, {}
     for name, run in runners.items():
@@ -115,7 +128,7 @@ def measure(B, H, T, D, causal, backward, reps) -> Dict[str, object]:
         "D": D,
         "causal": causal,
         "pass": "fwd+bwd" if backward else "fwd",
-        "dtype": "float32",
+        "dtype": str(dtype).removeprefix("torch."),
         "reps": reps,
         "max_abs_diff": diff,
     }
@@ -138,14 +151,21 @@ def main() -> int:
     parser.add_argument("--causal", default="false,true")
     parser.add_argument("--reps", type=int, default=5, help="timed reps per contender and row")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16", "float16"),
+        help="q, k, v, dout and the gradients (both libraries accumulate in float32)",
+    )
     parser.add_argument("--json", help="write {threads, torch_version, rows} here")
     args = parser.parse_args()
 
+    dtype = getattr(torch, args.dtype)
     torch.set_num_threads(args.threads)
     qkv.set_num_threads(args.threads)
     print(
         f"threads {args.threads} (torch {torch.get_num_threads()}, qkv {qkv.get_num_threads()}), "
-        f"torch {torch.__version__}, qkv {qkv.__version__}, float32, B={args.B} H={args.H}, "
+        f"torch {torch.__version__}, qkv {qkv.__version__}, {args.dtype}, B={args.B} H={args.H}, "
         f"median of {args.reps} interleaved reps"
     )
     header = (
@@ -158,7 +178,9 @@ def main() -> int:
         for D in (int(d) for d in args.D.split(",")):
             for causal in (c == "true" for c in args.causal.split(",")):
                 for p in args.passes.split(","):
-                    row = measure(args.B, args.H, T, D, causal, p == "fwd+bwd", args.reps)
+                    row = measure(
+                        args.B, args.H, T, D, causal, p == "fwd+bwd", args.reps, dtype
+                    )
                     rows.append(row)
                     print(
                         f"{T:>5} {D:>4} {str(causal):>6} {row['pass']:>7} "
@@ -173,6 +195,8 @@ def main() -> int:
                 "threads": args.threads,
                 "torch_version": torch.__version__,
                 "qkv_version": qkv.__version__,
+                "cpu": cpu_model(),
+                "matrix_paths": qkv.matrix_paths(),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "load_average": os.getloadavg(),
                 "command": " ".join(sys.argv),

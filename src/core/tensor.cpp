@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/convert.hpp"
 #include "core/dims.hpp"
 #include "core/element.hpp"
 #include "qkv/error.hpp"
@@ -499,9 +500,12 @@ void Tensor::copy_from(const Tensor& src) {
   }
   const std::size_t dst_size = dtype_size(dtype_);
   const std::size_t src_size = dtype_size(src.dtype_);
-  if (dtype_ == src.dtype_ && is_contiguous() && src.is_contiguous()) {
-    std::memmove(data_, src.data_, static_cast<std::size_t>(numel_) * dst_size);
-    return;
+  if (is_contiguous() && src.is_contiguous()) {
+    if (dtype_ == src.dtype_) {
+      std::memmove(data_, src.data_, static_cast<std::size_t>(numel_) * dst_size);
+      return;
+    }
+    if (detail::convert_run(dtype_, data_, src.dtype_, src.data_, numel_)) return;
   }
   for_each_pair(shape_, strides_, src.strides_, [&](std::int64_t dst, std::int64_t from) {
     if (dtype_ == src.dtype_) {

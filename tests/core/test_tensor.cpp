@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -391,6 +392,70 @@ TEST(Copies, CopyFromAcrossDTypesAndStrides) {
               << i << "," << j;
         }
       }
+    }
+  }
+}
+
+// A contiguous copy across dtypes converts whole runs at once (core/convert.cpp, threads from 2^16
+// elements): it must give the bits the element-by-element path gives, which a copy into a
+// transposed view takes, on every bit pattern class: normals, subnormals, both zeros, infinities,
+// NaNs (quiet and signalling), f16's overflow and f64 values between two f32 neighbours.
+TEST(Copies, ContiguousConversionRunsEqualTheElementPath) {
+  constexpr std::int64_t kRows = 3, kCols = 70001;  // 210003 elements: past the threaded size
+  std::vector<double> values(static_cast<std::size_t>(kRows * kCols));
+  std::uint64_t state = 0x9e3779b97f4a7c15u;
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    state = state * 6364136223846793005u + 1442695040888963407u;
+    const auto bits32 = static_cast<std::uint32_t>(state >> 32);
+    switch (k % 8) {
+      case 0:  // any f32 bit pattern: NaNs, infinities and subnormals among them
+        values[k] = static_cast<double>(std::bit_cast<float>(bits32));
+        break;
+      case 1:  // any bf16 pattern
+        values[k] = qkv::bf16_bits_to_f32(static_cast<std::uint16_t>(bits32 >> 16));
+        break;
+      case 2:  // any f16 pattern
+        values[k] = qkv::f16_bits_to_f32(static_cast<std::uint16_t>(bits32 >> 16));
+        break;
+      case 3:  // f64 with bits below f32's last
+        values[k] = std::ldexp(static_cast<double>(state >> 11), -40);
+        break;
+      case 4:
+        values[k] = (k % 16 == 4) ? -0.0 : 65519.99;
+        break;
+      default:  // around f16's largest and smallest values
+        values[k] = std::ldexp(static_cast<double>(bits32 % 4096) - 2048.0, -24 + int(k % 40));
+    }
+  }
+  for (const DType from : kFloatDTypes) {
+    for (const DType to : kFloatDTypes) {
+      SCOPED_TRACE(std::string(qkv::dtype_name(from)) + " -> " + std::string(qkv::dtype_name(to)));
+      Tensor source = Tensor::empty({kRows, kCols}, from);
+      for (std::int64_t r = 0; r < kRows; ++r) {
+        for (std::int64_t c = 0; c < kCols; ++c) {
+          source.set({r, c}, values[static_cast<std::size_t>(r * kCols + c)]);
+        }
+      }
+      Tensor fast = Tensor::empty({kRows, kCols}, to);
+      fast.copy_from(source);
+      Tensor slow_base = Tensor::empty({kCols, kRows}, to);
+      slow_base.transpose(0, 1).copy_from(source);
+      const Tensor slow = slow_base.transpose(0, 1).contiguous();
+      // The same bits, but for NaNs, which only have to stay NaNs (a signalling NaN's quiet bit
+      // is set by whichever instruction first moves it through a wider format).
+      const std::size_t size = qkv::dtype_size(to);
+      std::int64_t differ = 0;
+      for (std::int64_t r = 0; r < kRows; ++r) {
+        for (std::int64_t c = 0; c < kCols; ++c) {
+          const std::size_t at = static_cast<std::size_t>(r * kCols + c) * size;
+          if (std::memcmp(static_cast<const std::byte*>(fast.data()) + at,
+                          static_cast<const std::byte*>(slow.data()) + at, size) == 0) {
+            continue;
+          }
+          if (!(std::isnan(fast.at({r, c})) && std::isnan(slow.at({r, c})))) ++differ;
+        }
+      }
+      EXPECT_EQ(differ, 0);
     }
   }
 }
