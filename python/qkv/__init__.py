@@ -2,10 +2,12 @@
 
 Layouts follow FlashAttention: q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv],
 out [B, Tq, Hq, Dv], lse [B, Hq, Tq]; any strides (a [B, H, T, D] array is passed as its
-transposed view), float32 or float64, or bfloat16 / float16 (torch; numpy float16), computed in
-float32 (the forward reads 16-bit K and V as they lie; the backward converts them first). float32
-and float64 inputs are read where they are, never copied; outputs come back as the kind of array q is (numpy in, numpy
-out; torch in, torch out), out in q's dtype, lse in float32 (float64 for float64). Bad input raises
+transposed view), float32 or float64, or bfloat16 / float16 (numpy's bfloat16 is
+ml_dtypes.bfloat16), accumulated in float32: the forward reads 16-bit K and V as they lie and
+computes bfloat16 in bf16 products where the CPU has them (qkv.matrix_paths()) from 1024 keys;
+the backward converts 16-bit inputs first. float32 and float64 inputs are read where they are,
+never copied; outputs come back as the kind of array q is (numpy in, numpy out; torch in, torch
+out), out in q's dtype, lse in float32 (float64 for float64). Bad input raises
 ValueError with the C++ library's message ("k: expected head dim 64 (from q), got 80").
 
 The options compose; for query i and key j of batch b and head h (tq, tk the lengths of batch b):
@@ -70,9 +72,29 @@ def _is_torch(x: Array) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+def _is_numpy_bf16(x: Array) -> bool:
+    # A numpy array of ml_dtypes.bfloat16 (numpy has none of its own).
+    return type(x).__module__ == "numpy" and getattr(x.dtype, "name", "") == "bfloat16"
+
+
 def _array(x: Array) -> Array:
-    # DLPack refuses a tensor that requires grad; detach() is a view, not a copy.
-    return x.detach() if _is_torch(x) else x
+    # DLPack refuses a tensor that requires grad; detach() is a view, not a copy. numpy's buffer
+    # protocol and DLPack export carry no bfloat16: its bits go over as uint16, seen as bfloat16.
+    if _is_torch(x):
+        return x.detach()
+    if _is_numpy_bf16(x):
+        return _qkv.bf16_view(x.view("uint16"))
+    return x
+
+
+def _bf16_out(like: Array, result: Any) -> Any:
+    # The extension hands bfloat16 to numpy as uint16 bits: where the call's q was a numpy
+    # bfloat16 array, those outputs are viewed as its dtype (each array, or each in a tuple).
+    if not _is_numpy_bf16(like):
+        return result
+    if isinstance(result, (tuple, list)):
+        return type(result)(_bf16_out(like, r) for r in result)
+    return result.view(like.dtype) if str(result.dtype) == "uint16" else result
 
 
 def _ints(name: str, values: Optional[Sequence[int]]) -> list:
@@ -251,8 +273,9 @@ def attention(
     if mask_mod is not None or score_mod is not None:
         flex = _flex(mask_mod, score_mod, q, k, **options)
         out, lse = _qkv.flex_forward(_array(q), _array(k), _array(v), *flex, _is_torch(q))
-        return (out, lse) if return_lse else out
-    out, lse = _qkv.forward(_array(q), _array(k), _array(v), _options(**options), _is_torch(q))
+    else:
+        out, lse = _qkv.forward(_array(q), _array(k), _array(v), _options(**options), _is_torch(q))
+    out = _bf16_out(q, out)
     return (out, lse) if return_lse else out
 
 
@@ -268,8 +291,8 @@ def attention_backward(
     if mask_mod is not None or score_mod is not None:
         flex = _flex(mask_mod, score_mod, q, k, **options)
         captured = [] if score_mod is None else [c for c, _ in score_mod._captured]
-        return _qkv.flex_backward(*arrays, *flex, captured, _is_torch(q))
-    return _qkv.backward(*arrays, _options(**options), _is_torch(q))
+        return _bf16_out(q, _qkv.flex_backward(*arrays, *flex, captured, _is_torch(q)))
+    return _bf16_out(q, _qkv.backward(*arrays, _options(**options), _is_torch(q)))
 
 
 def attention_weights(q: Array, k: Array, **options: Any) -> Array:
@@ -283,7 +306,7 @@ def attention_weights(q: Array, k: Array, **options: Any) -> Array:
                 f"got {options[name]!r}"
             )
         options.pop(name, None)
-    return _qkv.weights(_array(q), _array(k), _options(**options), _is_torch(q))
+    return _bf16_out(q, _qkv.weights(_array(q), _array(k), _options(**options), _is_torch(q)))
 
 
 def _needs_grad(*arrays: Optional[Array]) -> bool:

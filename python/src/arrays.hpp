@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -98,15 +99,33 @@ inline nb::dlpack::dtype dlpack_dtype(qkv::DType dtype) {
 
 // Hands an owning qkv tensor to numpy or torch without a copy; the capsule owns a handle on its
 // storage until the array is collected.
+// numpy has no bfloat16 of its own (ml_dtypes adds one, which neither its buffer protocol nor its
+// DLPack export carries), so a bf16 tensor goes to numpy as its uint16 bits, which the package
+// views as ml_dtypes.bfloat16.
 template <class Framework>
 nb::object wrap_as(const qkv::Tensor& t) {
   auto* handle = new qkv::Tensor(t);
   nb::capsule owner(handle, [](void* p) noexcept { delete static_cast<qkv::Tensor*>(p); });
   std::vector<std::size_t> shape(t.shape().begin(), t.shape().end());
   std::vector<std::int64_t> strides(t.strides().begin(), t.strides().end());
+  const bool bits = std::is_same_v<Framework, nb::numpy> && t.dtype() == qkv::DType::bf16;
   nb::ndarray<Framework> array(t.data(), shape.size(), shape.data(), owner, strides.data(),
-                               dlpack_dtype(t.dtype()));
+                               bits ? nb::dtype<std::uint16_t>() : dlpack_dtype(t.dtype()));
   return array.cast();
+}
+
+// The bits of a numpy bfloat16 array given as its uint16 view (`bits`, a Python object), seen as
+// bfloat16 without a copy; the view keeps `bits` alive.
+inline nb::ndarray<nb::ro> bf16_view(nb::object bits) {
+  const auto array = nb::cast<nb::ndarray<std::uint16_t, nb::device::cpu, nb::ro>>(bits);
+  std::vector<std::size_t> shape(array.ndim());
+  std::vector<std::int64_t> strides(array.ndim());
+  for (std::size_t d = 0; d < array.ndim(); ++d) {
+    shape[d] = array.shape(d);
+    strides[d] = array.stride(d);
+  }
+  return nb::ndarray<nb::ro>(array.data(), array.ndim(), shape.data(), bits, strides.data(),
+                             bfloat16_type());
 }
 
 inline nb::object wrap(const qkv::Tensor& t, bool torch) {

@@ -154,6 +154,7 @@ NB_MODULE(_qkv, m) {
       .def_rw("offset", &Options::offset)
       .def_rw("backend", &Options::backend);
 
+  m.def("bf16_view", &qkv_python::bf16_view, "bits"_a);
   m.def("forward", &forward, "q"_a, "k"_a, "v"_a, "options"_a, "torch"_a);
   m.def("backward", &backward, "dout"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "options"_a,
         "torch"_a);

@@ -293,7 +293,7 @@ def test_sixteen_bit_tensors_in_and_out(dtype: torch.dtype) -> None:
     """bfloat16 and float16 tensors come in without a copy and go out in their dtype: computed in
     float32, the very bits of the call on the tensors converted to float32 first, rounded once;
     a decode-shaped call (4 queries against a KV cache view) reads the cache as it lies. (Tiled
-    bf16 calls of 4096 keys and more compute in bf16 products where the CPU has bf16 matrix units,
+    bf16 calls of 1024 keys and more compute in bf16 products where the CPU has bf16 matrix units,
     qkv.matrix_paths(): tests/kernels/cpu/test_bf16_forward.cpp.) Through qkv.torch's autograd the
     gradients come back in the inputs' dtype."""
     gen = torch.Generator().manual_seed(3)
@@ -331,6 +331,59 @@ def test_sixteen_bit_tensors_in_and_out(dtype: torch.dtype) -> None:
     out = qkv.attention(half, half, half)
     assert isinstance(out, np.ndarray) and out.dtype == np.float16
     assert np.array_equal(out, qkv.attention(*(half.astype(np.float32),) * 3).astype(np.float16))
+
+
+def test_numpy_bfloat16_in_and_out() -> None:
+    """numpy's bfloat16 (ml_dtypes) goes in without a copy, strided views too, and comes back as
+    numpy bfloat16: the same bits as the call on the same values as torch.bfloat16 tensors, for
+    out, lse, the gradients (dbias included) and the weights; lse stays float32. 1100 keys take
+    the bf16 products where the CPU has them, so both paths are crossed. A view whose last
+    dimension is not contiguous (reversed here) is converted to float32 first, and then the call
+    gives the float32 call's out, rounded."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = ml_dtypes.bfloat16
+
+    def as_torch(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(x).view(np.uint16)).view(torch.bfloat16)
+
+    rng = np.random.default_rng(5)
+    for tk in (40, 1100):
+        base = rng.standard_normal((2, 1, 2, tk, 32)).astype(bf16)  # [2, B, H, T, D]
+        q = rng.standard_normal((1, 70, 2, 32)).astype(bf16)
+        k, v = base[0].swapaxes(1, 2), base[1].swapaxes(1, 2)  # heads-first views
+        bias = rng.standard_normal((1, 2, 70, tk)).astype(bf16)
+        out, lse = qkv.attention(q, k, v, bias=bias, return_lse=True)
+        assert isinstance(out, np.ndarray) and out.dtype == bf16 and out.shape == (1, 70, 2, 32)
+        assert lse.dtype == np.float32
+        t_out, t_lse = qkv.attention(
+            as_torch(q), as_torch(k), as_torch(v), bias=as_torch(bias), return_lse=True
+        )
+        assert torch.equal(as_torch(out), t_out) and torch.equal(torch.from_numpy(lse), t_lse)
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            *(as_torch(x).double().transpose(1, 2) for x in (q, k, v)),
+            attn_mask=as_torch(bias).double(),
+        ).transpose(1, 2)
+        assert (as_torch(out).double() - ref).abs().max() < 2e-2
+        dout = rng.standard_normal((1, 70, 2, 32)).astype(bf16)
+        grads = qkv.attention_backward(dout, q, k, v, out, lse, bias=bias)
+        t_grads = qkv.attention_backward(
+            *(as_torch(x) for x in (dout, q, k, v, out)), t_lse, bias=as_torch(bias)
+        )
+        assert len(grads) == 4
+        for got, want in zip(grads, t_grads):
+            assert got.dtype == bf16 and torch.equal(as_torch(got), want)
+        reversed_v = v[..., ::-1]
+        f32 = qkv.attention(*(x.astype(np.float32) for x in (q, k, reversed_v)))
+        assert np.array_equal(qkv.attention(q, k, reversed_v).view(np.uint16),
+                              f32.astype(bf16).view(np.uint16))
+    weights = qkv.attention_weights(q, k)
+    assert weights.dtype == bf16
+    assert torch.equal(as_torch(weights), qkv.attention_weights(as_torch(q), as_torch(k)))
+    sdpa = qkv.scaled_dot_product_attention(q.swapaxes(1, 2), k.swapaxes(1, 2), v.swapaxes(1, 2))
+    assert sdpa.dtype == bf16 and np.array_equal(sdpa.swapaxes(1, 2).view(np.uint16),
+                                                 qkv.attention(q, k, v).view(np.uint16))
+    with pytest.raises(ValueError, match=r"^q: expected float32, float64, bfloat16 or float16, got"):
+        qkv.attention(q.view(np.uint16), k, v)
 
 
 def test_matrix_paths_name_what_this_cpu_runs() -> None:
