@@ -509,8 +509,9 @@ void add_bench(CLI::App& app) {
       ->check(CLI::IsMember({"fwd", "bwd"}))
       ->delimiter(',');
   cmd->add_option("--dtype", opt->dtype,
-                  "Storage type of q, k, v, out (and dout, grads); bf16 and f16 compute in f32: "
-                  "forward rows read K and V as stored, backward rows convert them first")
+                  "Storage type of q, k, v, out (and dout, grads), accumulated in f32: bf16 "
+                  "forward rows from 1024 keys use bf16 products where the CPU has them (qkv "
+                  "info), other forward rows read K and V as stored, backward rows convert first")
       ->check(CLI::IsMember({"f32", "f64", "bf16", "f16"}));
   cmd->add_option("--layout", opt->layout,
                   "Where q, k, v, out, dout and the gradients lie: bthd ([B, T, H, D], "

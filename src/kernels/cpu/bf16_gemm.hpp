@@ -38,11 +38,15 @@ bool path_available(MatrixPath path);
 bool best_bf16_path(MatrixPath& path);
 
 // The tiled forward takes bf16 products from this many keys: below, packing K and V into pairs
-// (scalar code, O(Tk D) per call) costs more than the products save. qkv.attention, bf16, B 1, H
-// 8, 2 threads of an AMD EPYC Zen 5 (avx512_bf16), medians of 7: Tk 1024 7.6 ms against 5.8 in
-// f32 products (D 64), 13.6 against 10.8 (D 128); 2048 25.2 against 22.5, 40.3 against 41.1;
-// 4096 81 against 85, 131 against 158.
-inline constexpr std::int64_t kBf16MinKeys = 4096;
+// and Q into tiles of 16 rows costs about what the products save. `qkv bench --dtype bf16 --pass
+// fwd`, B 1, H 8, 2 threads of an AMD EPYC (avx2 avx512_bf16 avx512f), 2026-11-24, three
+// alternated runs, ms with f32 products / bf16 products from every Tk (D 64, then D 128; nc: not
+// causal, c: causal): Tk 128 nc 0.23 / 0.27, 0.25 / 0.32, c 0.10 / 0.12, 0.18 / 0.22; Tk 256 nc
+// 0.65 / 0.65, 1.10 / 0.84, c 0.30 / 0.35, 0.54 / 0.63; Tk 512 nc 2.1 / 1.8, 2.9 / 3.0, c
+// 0.9-1.4 / 1.0-1.3, 1.7-2.3 / 1.8-2.3; Tk 1024 nc 6.0-6.4 / 5.3-5.6, 11.3-12.2 / 8.2-8.4, c
+// 3.3-3.5 / 3.0, 6.1-6.4 / 5.3; Tk 2048 nc 22.8-23.8 / 18.9-19.2, 42.1-42.9 / 32.2-33.0, c
+// 12.4-13.3 / 10.1-10.9, 23.3-25.1 / 17.7-18.6. From 1024 keys the bf16 products win every row.
+inline constexpr std::int64_t kBf16MinKeys = 1024;
 
 // The path of the fused forward's bf16 products for Tk keys (true), or none: best_bf16_path from
 // kBf16MinKeys keys, unless a test forced a choice (whatever Tk).
