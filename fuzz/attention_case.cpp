@@ -184,10 +184,18 @@ class CaseBuilder {
     return description_;
   }
 
+  // The dtype from the byte's low 3 bits; for bf16 the next two bits force its bf16 products
+  // onto a matrix path in half the cases: the CPU's best, or the emulated AMX tiles (which every
+  // CPU runs).
   void draw_dtype() {
     constexpr DType kDTypes[] = {DType::f32, DType::f32, DType::f32,  DType::f32,
                                  DType::f64, DType::f64, DType::bf16, DType::f16};
-    c_.dtype = in_.pick(kDTypes);
+    const std::uint8_t byte = in_.byte();
+    c_.dtype = kDTypes[byte % 8];
+    if (c_.dtype != DType::bf16 || byte / 8 % 4 < 2) return;
+    kernels::cpu::MatrixPath path = kernels::cpu::MatrixPath::amx_emulated;
+    if (byte / 8 % 4 == 2) kernels::cpu::best_bf16_path(path);
+    c_.matrix_path = path;
   }
 
   bool draw_shapes() {
@@ -203,6 +211,9 @@ class CaseBuilder {
     shapes_ = {{B_, Tq_, Hq_, D_}, {B_, Tk_, Hk_, D_}, {B_, Tk_, Hk_, Dv_}, c_.dtype, c_.dtype};
     note() << dtype_name(c_.dtype) << " B " << B_ << " Tq " << Tq_ << " Tk " << Tk_ << " Hq " << Hq_
            << " Hk " << Hk_ << " D " << D_ << " Dv " << Dv_;
+    if (c_.matrix_path) {
+      note() << "bf16 products forced onto " << kernels::cpu::path_name(*c_.matrix_path);
+    }
     // One byte in 16 makes the shapes invalid in one way.
     const std::uint8_t invalid = in_.byte();
     if (invalid >= 240) invalidate_shapes(invalid - 240);

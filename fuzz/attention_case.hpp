@@ -10,6 +10,7 @@
 #include <string>
 
 #include "byte_reader.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
 #include "mods_case.hpp"
 #include "qkv/attention.hpp"
 #include "qkv/tensor.hpp"
@@ -34,7 +35,11 @@ struct AttentionCase {
   std::optional<OutputLayouts> outputs;
   bool alias_output = false;  // an output that overlaps an input: validation must refuse it
   int threads[2] = {1, 1};    // OpenMP threads of the two runs of the fused kernel
-  std::string description;    // every decision, for the report of a finding
+  // A bf16 case's fused runs with the forward's bf16 products forced onto this matrix path
+  // (kernels/cpu/bf16_gemm.hpp: the best the CPU runs, else the emulated AMX tiles), whatever the
+  // number of keys; without a value, the library's own choice (f32 products at these sizes).
+  std::optional<kernels::cpu::MatrixPath> matrix_path;
+  std::string description;  // every decision, for the report of a finding
 };
 
 // Shapes are bounded by a work budget (kMaxPairs, kMaxWork) so that the three reference runs of a

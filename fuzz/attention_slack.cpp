@@ -57,6 +57,15 @@ std::vector<double> mods_weights(const AttentionCase& c, const AttentionOptions&
       .to_vector();
 }
 
+// The dropout factor of pair (i, j) of row bh = b * Hq + h: 1 / (1 - p) kept, 0 dropped.
+double dropout_factor(const AttentionOptions& o, std::int64_t bh, std::int64_t i, std::int64_t j) {
+  if (o.dropout_p == 0) return 1.0;
+  return dropout_keep(o.seed, o.offset, static_cast<std::uint32_t>(bh),
+                      static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j), o.dropout_p)
+             ? 1 / (1 - o.dropout_p)
+             : 0.0;
+}
+
 // The largest |s'| after the score mod's steps for scores of magnitude at most A.
 double mods_bound(const std::vector<ScoreStep>& steps, double A) {
   for (const ScoreStep& step : steps) {
@@ -167,6 +176,25 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
         double delta = 0;  // |dout_i| . |out_i|
         for (std::int64_t x = 0; x < Dv; ++x) delta += finite_abs(doi[x]) * finite_abs(oi[x]);
         const double* Pi = P.data() + ((b * Hq + h) * Tq + i) * Tk;
+        // bf16 products: the forward rounds each P_ij to bf16 before P V, which moves out_ic by
+        // up to u sum_j P_ij z_ij |v_jc| (u = 2^-8 rounding to nearest; epsilon, 2^-7, allows
+        // for the products' own f32 steps), and the backward's D_i = dout_i . out_i, read by
+        // every dS_ij of the row, by up to sum_c |dout_ic| times that. Added before the
+        // multiplication by `factor` below, divided by it.
+        double rounded_d = 0;
+        if (c.matrix_path) {
+          const double u = limits(DType::bf16).epsilon / factor;
+          for (std::int64_t j = 0; j < Tk; ++j) {
+            if (!(Pi[j] > 0)) continue;
+            const double z = dropout_factor(o, b * Hq + h, i, j);
+            const double* vj = v.data() + ((b * Tk + j) * Hk + hk) * Dv;
+            for (std::int64_t x = 0; x < Dv; ++x) {
+              const double moved = u * Pi[j] * z * finite_abs(vj[x]);
+              m.out[row * Dv + x] += moved;
+              rounded_d += finite_abs(doi[x]) * moved;
+            }
+          }
+        }
         const bool dout_finite = all_finite(doi, Dv);
         const bool out_finite = all_finite(oi, Dv);
         // Whether out_i may hold NaN in one backend and inf in the other: then so may the
@@ -179,12 +207,7 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
         for (std::int64_t j = 0; j < Tk; ++j) {
           const double p = Pi[j];
           if (!(p > 0)) continue;  // dropped, or NaN (then every result it reaches is NaN)
-          const double z = o.dropout_p == 0 ? 1.0
-                           : dropout_keep(o.seed, o.offset, static_cast<std::uint32_t>(b * Hq + h),
-                                          static_cast<std::uint32_t>(i),
-                                          static_cast<std::uint32_t>(j), o.dropout_p)
-                               ? 1 / (1 - o.dropout_p)
-                               : 0.0;
+          const double z = dropout_factor(o, b * Hq + h, i, j);
           const double pr = rounding_of_p * p + lost_p;
           const std::int64_t kv = (b * Tk + j) * Hk + hk;
           const double* kj = k.data() + kv * D;
@@ -208,7 +231,7 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
             if (!m.dbias.empty()) m.dbias_edge[bias_at(b, h, i, j)] = 1;
             if (table) m.captured_edge[cell(h, i, j)] = 1;
           }
-          const double ds = pr * (z * dp + delta);
+          const double ds = pr * (z * dp + delta) + p * rounded_d;
           if (!m.dbias.empty()) m.dbias[bias_at(b, h, i, j)] += ds;
           if (table) m.captured[cell(h, i, j)] += ds;
           // d(softcap)/ds = 1 - tanh^2, at least 1/64: both backends compute it as (1 - t)(1 +

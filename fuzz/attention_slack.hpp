@@ -37,7 +37,9 @@ struct Slack {
   std::vector<char> out_edge, dq_edge, dk_edge, dv_edge, dbias_edge, captured_edge;
 };
 
-// For a mods case, P comes from flex_attention_weights, |s_ij| is bounded through the score
+// A case with a forced matrix path (c.matrix_path) also gets the rounding of P to bf16 before P V
+// in out and, through D_i, in the backward's dS. For a mods case, P comes from
+// flex_attention_weights, |s_ij| is bounded through the score
 // mod's steps (ModsCase::steps: scaled, capped, offset) and ds'/ds by the product of its factors.
 // c: a valid case; forward: the reference's forward of it (its out and lse give the backward's
 // D_i and the size of lse); compute: the dtype the kernels computed in (f32, or f64 for f64

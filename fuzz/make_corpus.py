@@ -29,6 +29,8 @@ KEY_EDGES = [1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 255, 256, 257, 511, 51
              1024, 1025, 1089, 2048, 2049]
 DIM_EDGES = [1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 96, 127, 128,
              129, 256]
+# draw_dtype(): bits 3-4 of the dtype's byte (0 and 1: the library's choice).
+MATRIX_PATHS = [None, "unused", "best", "emulated"]
 SCALES = [1.0, 0.5, 0.125, 2.0, -1.0, 1e-3, 0.0, 10.0]
 BIAS_DTYPES = ["f32", "f32", "f64", "bf16", "f16", "f32", "f64", "f32"]
 SLOPES = [0.0, 0.5, -0.25, 1.0, 0.0625, 4.0, 1e-3, 0.125]
@@ -103,6 +105,7 @@ class Case:
     def __init__(self, name, **fields):
         self.name = name
         self.dtype = "f32"
+        self.matrix_path = None  # bf16 only: "best" (the CPU's, else emulated) or "emulated"
         self.B, self.Tq, self.Tk, self.Hk, self.group, self.D, self.Dv = 1, 4, 4, 1, 1, 8, 8
         self.invalid_shapes = None  # an index into INVALID_SHAPES
         self.specials = []  # (target, index, kind) with target in TARGETS, kind in SPECIALS
@@ -142,7 +145,8 @@ class Case:
 
     def encode(self):
         w = Writer()
-        w.pick(DTYPES, self.dtype)
+        # The dtype's byte; a bf16 case's bits 3-4 force its bf16 products onto a matrix path.
+        w.byte(DTYPES.index(self.dtype) + 8 * MATRIX_PATHS.index(self.matrix_path))
         if self.B == 0:
             w.byte(248)
         else:
@@ -452,6 +456,14 @@ def attention_cases():
              seed=int.from_bytes(b"t define", "little"), data_scale=4.0),
         Case("bf16", dtype="bf16", Tq=20, Tk=20, bias=(0b1111, 4, "bf16")),
         Case("f16", dtype="f16", Tq=20, Tk=20, D=16, Dv=16),
+        # The forward's bf16 products, forced onto the CPU's best matrix path and onto the
+        # emulated AMX tiles, with D and Dv that are not whole tiles.
+        Case("bf16-products-best", dtype="bf16", matrix_path="best", B=2, Hk=2, group=2, Tq=40,
+             Tk=70, D=40, Dv=24, causal="bottom_right", key_lengths=[70, 45],
+             bias=(0b1111, 4, "bf16"), threads=(1, 2), expect=["bf16 products forced onto"]),
+        Case("bf16-products-emulated", dtype="bf16", matrix_path="emulated", Tq=33, Tk=130,
+             D=17, Dv=33, window=(40, 5), softcap=30.0, dropout=(0.25, 11, 12),
+             alibi="paper", threads=(2, 1), expect=["bf16 products forced onto amx-emulated"]),
         # Layouts: [B, H, T, D] views, gaps, and outputs the caller allocated in other layouts.
         Case("layouts-bhtd", Hk=2, group=2, Tq=20, Tk=30, layouts=(BHTD, BHTD, BHTD, BHTD)),
         Case("layouts-gaps", Tq=18, Tk=25, layouts=(PADDED, STRIDED, PADDED + STRIDED + 5, 23),
