@@ -112,6 +112,10 @@ int reps_for(int requested, double warmup_seconds) noexcept;
 struct Peaks {
   double gflops_f32 = 0.0;  // FMA peak, all threads
   double gflops_f64 = 0.0;
+  // The bf16 products' peak on bf16_path (qkv::matrix_paths()'s first: amx-bf16, avx512-bf16,
+  // or f32-fma where the CPU has neither, and then the f32 FMA peak): the ceiling of bf16 rows.
+  double gflops_bf16 = 0.0;
+  std::string bf16_path;
   double stream_gbps = 0.0;  // STREAM triad
 };
 
@@ -125,8 +129,9 @@ struct RowResult {
   double ms_max = 0.0;
   double gflops = 0.0;       // flop_count / median
   double gbps = 0.0;         // kv_bytes / median (decode rows; 0 otherwise)
-  double peak_fraction = 0;  // gflops / FMA peak of the dtype, or gbps / stream for decode rows;
-                             // 0 when the ceiling was not measured
+  double peak_fraction = 0;  // gflops / the dtype's peak (bf16: Peaks::gflops_bf16; f16, which
+                             // computes in f32, and f32: the f32 FMA peak), or gbps / stream for
+                             // decode rows; 0 when the ceiling was not measured
   double peak_rss_mb = 0.0;  // process VmHWM during the row (allocation, warm-up and reps)
   bool peak_rss_is_row = false;  // false: no reset or no VmHWM, so the process's peak
   // The same ceiling measured while the row ran (0 when the peaks were not measured): for
@@ -148,6 +153,11 @@ double fma_peak_gflops(DType dtype, int threads, int runs = 10);
 // One short run of the same chains (2^iterations_log2 iterations per thread), in GFLOP/s: the
 // probe that run_row interleaves with the timed reps.
 double fma_burst_gflops(DType dtype, int threads, int iterations_log2);
+// The bf16 products' peak (see Peaks::gflops_bf16) and its burst, as the FMA ones; the path
+// they run on.
+double bf16_peak_gflops(int threads, int runs = 10);
+double bf16_burst_gflops(int threads, int iterations_log2);
+std::string bf16_peak_path();
 // 2^22 iterations: ~10 ms per burst at full speed on AVX2 f32, so the probes add ~10% to a row.
 inline constexpr int kBurstIterationsLog2 = 22;
 // STREAM triad a[i] = b[i] + s * c[i] on three f64 arrays of `bytes_per_array` each, OpenMP

@@ -1,5 +1,6 @@
-// The machine's ceilings: FMA peak (Highway, dynamic dispatch to the best target of this CPU)
-// and STREAM triad bandwidth. A kernel's fraction of them says how much is left to win.
+// The machine's ceilings: FMA peak (Highway, dynamic dispatch to the best target of this CPU),
+// the bf16 products' peak on the matrix path the kernels use, and STREAM triad bandwidth. A
+// kernel's fraction of them says how much is left to win.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "qkv_bench/peak.cpp"
 #include <omp.h>
@@ -14,6 +15,8 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "qkv/error.hpp"
+#include "qkv/system.hpp"
+#include "qkv_bench/bf16_peak.hpp"
 #include "qkv_bench/measure.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -83,17 +86,9 @@ double seconds_since(Clock::time_point start) {
 // iteration): long enough that the barrier and the clock are noise, short enough for 10 runs.
 constexpr int kFmaIterationsLog2 = 26;
 
-}  // namespace
-
-double fma_burst_gflops(DType dtype, int threads, int iterations_log2) {
-  if (dtype != DType::f32 && dtype != DType::f64) {
-    throw Error("dtype", "f32 or f64", std::string(dtype_name(dtype)));
-  }
-  if (threads < 1) throw Error("threads", "at least 1", std::to_string(threads));
-  if (iterations_log2 < 10 || iterations_log2 > 30) {
-    throw Error("iterations_log2", "in [10, 30]", std::to_string(iterations_log2));
-  }
-  const std::int64_t iterations = std::int64_t{1} << iterations_log2;
+// Runs chains(iterations, sink) on `threads` OpenMP threads at once and returns their GFLOP/s.
+template <class Chains>
+double burst_gflops(int threads, std::int64_t iterations, Chains chains) {
   // One sink per thread, a cache line apart, so the final stores do not share a line.
   constexpr int kStride = 16;
   auto sinks = std::make_unique<double[]>(static_cast<std::size_t>(threads) * kStride);
@@ -106,16 +101,67 @@ double fma_burst_gflops(DType dtype, int threads, int iterations_log2) {
 #pragma omp barrier
 #pragma omp single
     start = Clock::now();
-    double* sink = &sinks[static_cast<std::size_t>(omp_get_thread_num()) * kStride];
-    if (dtype == DType::f32) {
-      float value = 0.0f;
-      flops += HWY_DYNAMIC_DISPATCH(FmaChainsF32)(iterations, &value);
-      *sink = value;
-    } else {
-      flops += HWY_DYNAMIC_DISPATCH(FmaChainsF64)(iterations, sink);
-    }
+    flops += chains(iterations, &sinks[static_cast<std::size_t>(omp_get_thread_num()) * kStride]);
   }
   return flops / seconds_since(start) * 1e-9;
+}
+
+void check_burst(int threads, int iterations_log2) {
+  if (threads < 1) throw Error("threads", "at least 1", std::to_string(threads));
+  if (iterations_log2 < 10 || iterations_log2 > 30) {
+    throw Error("iterations_log2", "in [10, 30]", std::to_string(iterations_log2));
+  }
+}
+
+}  // namespace
+
+double fma_burst_gflops(DType dtype, int threads, int iterations_log2) {
+  if (dtype != DType::f32 && dtype != DType::f64) {
+    throw Error("dtype", "f32 or f64", std::string(dtype_name(dtype)));
+  }
+  check_burst(threads, iterations_log2);
+  return burst_gflops(threads, std::int64_t{1} << iterations_log2,
+                      [dtype](std::int64_t iterations, double* sink) {
+                        if (dtype == DType::f64) {
+                          return HWY_DYNAMIC_DISPATCH(FmaChainsF64)(iterations, sink);
+                        }
+                        float value = 0.0f;
+                        const double flops = HWY_DYNAMIC_DISPATCH(FmaChainsF32)(iterations, &value);
+                        *sink = value;
+                        return flops;
+                      });
+}
+
+std::string bf16_peak_path() { return matrix_paths().front(); }
+
+double bf16_burst_gflops(int threads, int iterations_log2) {
+  check_burst(threads, iterations_log2);
+  const std::string path = bf16_peak_path();
+  const auto run = [](double (*chains)(std::int64_t, float*)) {
+    return [chains](std::int64_t iterations, double* sink) {
+      float value = 0.0f;
+      const double flops = chains(iterations, &value);
+      *sink = value;
+      return flops;
+    };
+  };
+  // A TDPBF16PS takes 16 cycles where the 12 VDPBF16PS or FMA of a step take 6: 16x fewer steps
+  // keep a burst as long.
+  if (path == "amx-bf16") {
+    return burst_gflops(threads, std::int64_t{1} << (iterations_log2 - 4), run(tdpbf16ps_chains));
+  }
+  if (path == "avx512-bf16") {
+    return burst_gflops(threads, std::int64_t{1} << iterations_log2, run(vdpbf16ps_chains));
+  }
+  return fma_burst_gflops(DType::f32, threads, iterations_log2);
+}
+
+double bf16_peak_gflops(int threads, int runs) {
+  double best = 0.0;
+  for (int run = 0; run < runs; ++run) {
+    best = std::max(best, bf16_burst_gflops(threads, kFmaIterationsLog2));
+  }
+  return best;
 }
 
 double fma_peak_gflops(DType dtype, int threads, int runs) {
@@ -165,6 +211,8 @@ Peaks measure_peaks(int threads) {
   Peaks peaks;
   peaks.gflops_f32 = fma_peak_gflops(DType::f32, threads);
   peaks.gflops_f64 = fma_peak_gflops(DType::f64, threads);
+  peaks.gflops_bf16 = bf16_peak_gflops(threads);
+  peaks.bf16_path = bf16_peak_path();
   peaks.stream_gbps = stream_triad_gbps(threads);
   return peaks;
 }

@@ -243,8 +243,10 @@ RowResult run_row(const Shape& shape, int threads, int requested_reps, const Pea
   if (requested_reps < 0) throw Error("reps", "0 (auto) or more", std::to_string(requested_reps));
   set_num_threads(threads);
   RowResult result;
+  const bool bf16 = shape.dtype == DType::bf16 && !shape.is_decode();
   const double peak = shape.is_decode()           ? peaks.stream_gbps
                       : shape.dtype == DType::f64 ? peaks.gflops_f64
+                      : bf16                      ? peaks.gflops_bf16
                                                   : peaks.gflops_f32;
   const bool probe = peak > 0.0;
   // Decode rows: the bandwidth just before the row (its arrays are freed before the RSS reset).
@@ -268,7 +270,8 @@ RowResult run_row(const Shape& shape, int threads, int requested_reps, const Pea
       times.push_back(seconds_since(start));
       if (probe && !shape.is_decode()) {
         bursts.push_back(
-            fma_burst_gflops(compute_dtype(shape.dtype), threads, kBurstIterationsLog2));
+            bf16 ? bf16_burst_gflops(threads, kBurstIterationsLog2)
+                 : fma_burst_gflops(compute_dtype(shape.dtype), threads, kBurstIterationsLog2));
         fractions.push_back(flop_count(shape) / times.back() * 1e-9 / bursts.back());
       }
     }

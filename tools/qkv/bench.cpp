@@ -128,7 +128,10 @@ nlohmann::ordered_json row_json(const bench::RowResult& r, bool have_peak) {
   };
   if (s.is_decode()) row["gbps"] = rounded(r.gbps, 3);
   row["peak_fraction"] = have_peak ? nlohmann::ordered_json(rounded(r.peak_fraction, 4)) : nullptr;
-  row["peak_of"] = s.is_decode() ? "stream_gbps" : "peak_gflops";
+  row["peak_of"] = s.is_decode()            ? "stream_gbps"
+                   : s.dtype == DType::f64  ? "peak_gflops_f64"
+                   : s.dtype == DType::bf16 ? "peak_gflops_bf16"
+                                            : "peak_gflops";
   row["ceiling_during_row"] =
       have_peak ? nlohmann::ordered_json(rounded(r.ceiling_during, 2)) : nullptr;
   row["fraction_during_row"] =
@@ -427,9 +430,10 @@ void run_bench(const BenchOptions& opt) {
   if (opt.peak) {
     peaks = bench::measure_peaks(threads);
     std::printf(
-        "peak: %.1f GFLOP/s f32 FMA, %.1f GFLOP/s f64 FMA, %.1f GB/s STREAM triad "
-        "(best of 10, %d threads)\n",
-        peaks.gflops_f32, peaks.gflops_f64, peaks.stream_gbps, threads);
+        "peak: %.1f GFLOP/s f32 FMA, %.1f GFLOP/s f64 FMA, %.1f GFLOP/s bf16 (%s), %.1f GB/s "
+        "STREAM triad (best of 10, %d threads)\n",
+        peaks.gflops_f32, peaks.gflops_f64, peaks.gflops_bf16, peaks.bf16_path.c_str(),
+        peaks.stream_gbps, threads);
   }
   std::printf(
       "GFLOP/s counts 4*B*H*Tq*Tk*D per forward (halved when causal), 2.5x for the "
@@ -447,6 +451,9 @@ void run_bench(const BenchOptions& opt) {
     doc["peak_gflops"] = opt.peak ? nlohmann::ordered_json(rounded(peaks.gflops_f32, 2)) : nullptr;
     doc["peak_gflops_f64"] =
         opt.peak ? nlohmann::ordered_json(rounded(peaks.gflops_f64, 2)) : nullptr;
+    doc["peak_gflops_bf16"] =
+        opt.peak ? nlohmann::ordered_json(rounded(peaks.gflops_bf16, 2)) : nullptr;
+    doc["peak_bf16_path"] = opt.peak ? nlohmann::ordered_json(peaks.bf16_path) : nullptr;
     doc["stream_gbps"] = opt.peak ? nlohmann::ordered_json(rounded(peaks.stream_gbps, 2)) : nullptr;
     doc["machine"] = {{"cpu", cpu_model()},
                       {"cpu_flags", cpu_flags()},
