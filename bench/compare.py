@@ -32,7 +32,7 @@ import qkv.torch
 
 
 def cpu_model() -> str:
-    """The CPU's model name as /proc/cpuinfo gives it (empty where there is none)."""
+    """The CPU's model name as /proc/cpuinfo gives it ("unknown" where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -40,7 +40,7 @@ def cpu_model() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return ""
+    return "unknown"
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 import torch._dynamo
@@ -49,6 +49,7 @@ from torch.nn.attention.flex_attention import and_masks, create_block_mask, flex
 
 import qkv
 import qkv.torch
+from compare import cpu_model, timed  # bench/compare.py, beside this script
 
 MODS = ("causal", "window", "document", "causal_document", "alibi", "softcap", "relative_bias")
 WINDOW = 128  # left = right: 257 keys around the diagonal
@@ -56,23 +57,6 @@ DOCUMENTS = 8  # equal lengths, as qkv bench --variants
 SOFTCAP = 30.0
 REL_BUCKETS, REL_MAX_DISTANCE = 32, 128  # T5's bidirectional buckets
 UNFUSED_WARNING = "flex_attention called without torch.compile()"
-
-
-def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1e3
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def t5_buckets(T: int) -> torch.Tensor:
