@@ -150,13 +150,14 @@ void products_kept(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std
 // S [rows, kBk] <- (scale q_i) . k_j for the rows [row0, row0 + rows) of [B, Hq, Tq] against the
 // keys [j0, j0 + cols) of k/v head `head` (b * Hk + hk); columns past cols hold 0 (the pack's
 // zero padding, or set here), which soft-capping reads with the rest of the row before the mask
-// sets them to -inf. Decode shapes take their scores from score_dot, as the split-keys forward
-// did.
+// sets them to -inf. Decode shapes take their scores as the split-keys forward did: from
+// score_dot, or for a k/v head of kDecodeGroupedRows query rows or more from the same product
+// (each score the same chain of multiply-adds over D whatever the rows around it).
 template <class T>
 void tile_scores(const Dims& d, const Packed<T>& packed, std::int64_t head, std::int64_t row0,
                  std::int64_t rows, std::int64_t j0, std::int64_t cols, T* S) {
   const T* q = packed.q + row0 * d.D;
-  if (d.Tq <= TileTraits::kDecodeMaxQueries) {
+  if (d.Tq <= TileTraits::kDecodeMaxQueries && d.group() * d.Tq < TileTraits::kDecodeGroupedRows) {
     const T* k = packed.k + head * d.D * packed.tk_pad + j0 * d.D;  // this tile's rows, [kBk, D]
     for (std::int64_t r = 0; r < rows; ++r) {
       for (std::int64_t c = 0; c < cols; ++c)

@@ -3,7 +3,9 @@
 // by key and in order (no packed tiles), in splits of kDecodeSplit keys that threads take in
 // parallel; each split leaves a partial online-softmax state per query row (softmax_state-inl.h),
 // merged exactly at the end (split-KV, as FlashDecoding). Every mod and the block mask as in the
-// tiled forward (flash_fwd.cpp).
+// tiled forward (flash_fwd.cpp). A k/v head with few query rows scores them by dot products; one
+// with many (GQA groups, several queries: TileTraits::kDecodeGroupedRows) by small matrix
+// products over each tile of keys.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/flash_decode.cpp"
 #include <omp.h>
@@ -19,7 +21,9 @@
 #include "hwy/highway.h"
 #include "kernels/block_view.hpp"
 #include "kernels/cpu/decode.hpp"
+#include "kernels/cpu/gemm-inl.h"
 #include "kernels/cpu/load_as-inl.h"
+#include "kernels/cpu/pack-inl.h"
 #include "kernels/cpu/softmax_state-inl.h"
 #include "kernels/cpu/tile-inl.h"
 
@@ -115,6 +119,73 @@ void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
   }
 }
 
+constexpr std::int64_t kGroupedRows = TileTraits::kDecodeGroupedRows;
+
+// Per-thread scratch of the grouped products: the group's scaled query rows, a tile of K
+// transposed and a tile of K or V in T.
+template <class T>
+struct GroupScratch {
+  hwy::AlignedFreeUniquePtr<T[]> q, kt, rows;
+  GroupScratch(std::int64_t group_rows, std::int64_t dim, std::int64_t dim_v)
+      : q(hwy::AllocateAligned<T>(std::max<std::int64_t>(group_rows * dim, 1))),
+        kt(hwy::AllocateAligned<T>(std::max<std::int64_t>(dim * kBk, 1))),
+        rows(hwy::AllocateAligned<T>(std::max<std::int64_t>(kBk * std::max(dim, dim_v), 1))) {}
+};
+
+// q [G Tq, D] <- the scaled query rows of k/v head hk of batch b, head-major (row g * Tq + i:
+// query i of head hk * G + g), from q_scaled [B, Tq, Hq, D].
+template <class T>
+void group_queries(const Dims& d, const T* q_scaled, std::int64_t b, std::int64_t hk, T* q) {
+  for (std::int64_t g = 0; g < d.group(); ++g) {
+    for (std::int64_t i = 0; i < d.Tq; ++i) {
+      std::copy_n(q_scaled + ((b * d.Tq + i) * d.Hq + hk * d.group() + g) * d.D, d.D,
+                  q + (g * d.Tq + i) * d.D);
+    }
+  }
+}
+
+// The scores of k/v head hk's query rows (q [G Tq, D], group_queries) against keys [j0, j0 +
+// cols) of batch b, into S rows hk * G * Tq onwards (decode_scores' layout, columns past cols 0):
+// the tile of K converted to T and transposed to [D, kBk] once, then one product for all rows,
+// where dot products would reduce every (row, key) pair apart. V's rows of the tile are
+// prefetched as K's are read, as decode_scores does.
+template <class T, class E>
+void grouped_scores(const Dims& d, const Rows<const E>& k_rows, const Rows<const E>& v_rows,
+                    const T* q, std::int64_t b, std::int64_t hk, std::int64_t j0, std::int64_t cols,
+                    GroupScratch<T>& scratch, T* S) {
+  T* rows = scratch.rows.get();
+  for (std::int64_t c = 0; c < cols; ++c) {
+    prefetch_key(v_rows, b, j0 + c, hk, hk + 1, d.Dv);
+    convert_rows(k_rows.at(b, j0 + c, hk), k_rows.row, 1, d.D, rows + c * d.D, d.D);
+  }
+  pack_transposed(rows, d.D, cols, d.D, kBk, scratch.kt.get());
+  const std::int64_t group_rows = d.group() * d.Tq;
+  gemm<true>(group_rows, kBk, d.D, q, d.D, scratch.kt.get(), kBk, S + hk * group_rows * kBk, kBk,
+             false);
+}
+
+// acc rows of k/v head hk (hk * G * Tq onwards, [G Tq, Dv]) += P V for keys [j0, j0 + cols) of
+// batch b, with P in S (decode_scores' layout): one product, V's tile converted to T first (read
+// in place where it is T). For tiles full for every head of the group: partial ones drop pairs
+// (decode_values).
+template <class T, class E>
+void grouped_values(const Dims& d, const Rows<const E>& v_rows, std::int64_t b, std::int64_t hk,
+                    std::int64_t j0, std::int64_t cols, GroupScratch<T>& scratch, const T* S,
+                    T* acc) {
+  const std::int64_t group_rows = d.group() * d.Tq;
+  const T* v = nullptr;
+  std::int64_t ldv = d.Dv;
+  if constexpr (std::is_same_v<E, T>) {
+    v = v_rows.at(b, j0, hk);
+    ldv = v_rows.row;
+  } else {
+    convert_rows(v_rows.at(b, j0, hk), v_rows.row, cols, d.Dv, scratch.rows.get(), d.Dv);
+    v = scratch.rows.get();
+  }
+  gemm(group_rows, d.Dv, cols, S + hk * group_rows * kBk, kBk, v, ldv, acc + hk * group_rows * d.Dv,
+       d.Dv, true);
+}
+
 template <class T, class ScoreMod, class MaskMod, class E>
 void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& k,
                  const Rows<const E>& v) {
@@ -149,6 +220,11 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     ForwardScratch<T> scratch(d.Hq * d.Tq, 0, d.Dv);  // rows h * Tq + i; no Q rows
     const SoftmaxState<T> state = scratch.state();
     std::vector<TileKind> kinds(static_cast<std::size_t>(d.Hq));  // each head's tile
+    // Every query row of a k/v head, live or not, enters the grouped products (rows past live
+    // are computed and never read), so the choice depends on the shapes only.
+    const bool grouped = d.group() * d.Tq >= kGroupedRows;
+    GroupScratch<T> products(grouped ? d.group() * d.Tq : 0, grouped ? d.D : 0, grouped ? d.Dv : 0);
+    std::vector<T> group_q(grouped ? static_cast<std::size_t>(d.Hk * d.group() * d.Tq * d.D) : 0);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
       const std::int64_t group = item % groups;
@@ -159,6 +235,12 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
       const std::int64_t live = live_rows(p, b, 0, d.Tq);
       const std::int64_t k_end = std::min((split + 1) * TileTraits::kDecodeSplit, d.Tk);
       state.rows_from(heads.lo * d.Tq, d.Dv).reset((heads.hi - heads.lo) * d.Tq, d.Dv);
+      const std::int64_t hk_lo = heads.lo / d.group(), hk_hi = heads.hi / d.group();
+      if (grouped) {
+        for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+          group_queries(d, q_scaled.get(), b, hk, group_q.data() + hk * d.group() * d.Tq * d.D);
+        }
+      }
       for (std::int64_t j0 = split * TileTraits::kDecodeSplit; j0 < k_end; j0 += kBk) {
         const std::int64_t cols = std::min(kBk, k_end - j0);
         bool any = false;
@@ -167,13 +249,35 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
           any = any || kinds[h] != TileKind::empty;
         }
         if (!any) continue;
-        decode_scores(p, k, v, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
+        if (grouped) {
+          for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+            grouped_scores(d, k, v, group_q.data() + hk * d.group() * d.Tq * d.D, b, hk, j0, cols,
+                           products, scratch.s.get());
+          }
+        } else {
+          decode_scores(p, k, v, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
+        }
         for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
           if (kinds[h] == TileKind::empty) continue;
           softmax_tile(p, b, h, 0, live, j0, cols, &kinds[h], scratch.s.get() + h * d.Tq * kBk,
                        scratch.z.get(), state.rows_from(h * d.Tq, d.Dv));
         }
-        decode_values(p, v, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), state.acc);
+        if (!grouped) {
+          decode_values(p, v, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), state.acc);
+          continue;
+        }
+        for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+          const HeadRange group_heads{hk * d.group(), (hk + 1) * d.group()};
+          const bool all_full =
+              std::all_of(kinds.begin() + group_heads.lo, kinds.begin() + group_heads.hi,
+                          [](TileKind kind) { return kind == TileKind::full; });
+          if (all_full) {
+            grouped_values(d, v, b, hk, j0, cols, products, scratch.s.get(), state.acc);
+          } else {
+            decode_values(p, v, b, group_heads, live, j0, cols, kinds.data(), scratch.s.get(),
+                          state.acc);
+          }
+        }
       }
       for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
         for (std::int64_t i = 0; i < d.Tq; ++i) {

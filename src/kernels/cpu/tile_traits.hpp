@@ -64,6 +64,19 @@ struct TileTraits {
   // 14.2 13.4 / 11.4 12.0 / 12.8 12.3. Within the noise but for 4096's single split; 1024 gives
   // 2 threads work from Tk = 2048 on and keeps the merge small.
   static constexpr std::int64_t kDecodeSplit = 1024;
+  // Decode: a k/v head's query rows (its G heads' Tq rows, head-major as S lays them out: g * Tq +
+  // i) take their products as small matrix products instead of dot products from this many rows on.
+  // A driver timing qkv::attention_forward on an f16 cache (Hk = 8, D = 128, 2 threads, AMD EPYC
+  // (avx2 avx512_bf16 avx512f), 2026-11-24, medians of 11, two alternated runs, ms at Tk = 4096 /
+  // 16384 / 65536, dot products -> products): 16 rows (Hq 32 Tq 4) 2.7-3.2 / 14.1-14.5 / 55-67 ->
+  // 1.1-1.3 / 6.2-6.6 / 25-26 (Hq 8 Tq 16 alike); 8 rows (Hq 32 Tq 2, Hq 8 Tq 8, Hq 64 Tq 1, Hq 16
+  // Tq 4) 1.0-2.2 / 5.2-6.8 / 21-29 -> 0.78-0.92 / 4.9-5.2 / 21-22; but 4 rows (Hq 32 Tq 1, Hq 8
+  // Tq 4) 0.49-0.73 / 2.1-3.1 / 9.1-12.5 -> 0.58-0.72 / 4.3-4.4 / 17-18, and 2 rows (Hq 16 Tq 1)
+  // 0.39 / 1.7 / 7.5-8.0 -> 0.54-0.61 / 4.0-4.1 / 16-17: below 8 rows converting and transposing
+  // each tile of K costs more than the dot products it saves.
+  // The backward recomputes those scores the same way (flash_bwd.cpp's tile_scores), so that
+  // P = exp(s - lse) sees the forward's rounding of s.
+  static constexpr std::int64_t kDecodeGroupedRows = 8;
   static_assert(kDecodeMaxQueries <= kForwardBlockQ, "decode rows fit one q-block");
   static_assert(kDecodeSplit % kBlockK == 0, "decode chunks hold whole k-blocks");
   static_assert(kBlockK % 16 == 0, "a score-tile row must be whole vectors");

@@ -215,7 +215,8 @@ std::vector<FusedCase> large_kv_cases() {
 }
 
 // Decode shapes take the split-keys path (Tq <= 16, Tk > 1024): partial softmax states of key
-// chunks merged exactly.
+// chunks merged exactly. Hq 8 over Hk 2 puts G Tq query rows on a k/v head: Tq 1 (4 rows) takes
+// dot products, the others (8 rows and more: TileTraits::kDecodeGroupedRows) small products.
 std::vector<FusedCase> decode_cases() {
   std::vector<FusedCase> cases;
   auto add = [&](std::int64_t tq, std::int64_t tk, auto edit) {
