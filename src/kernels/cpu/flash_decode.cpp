@@ -121,15 +121,19 @@ void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
 
 constexpr std::int64_t kGroupedRows = TileTraits::kDecodeGroupedRows;
 
-// Per-thread scratch of the grouped products: the group's scaled query rows, a tile of K
-// transposed and a tile of K or V in T.
+// Per-thread scratch of the grouped products: each k/v head's query rows (group_queries), a tile
+// of K transposed [D, kBk], and a tile of K or V in T [kBk, D or Dv].
 template <class T>
 struct GroupScratch {
   hwy::AlignedFreeUniquePtr<T[]> q, kt, rows;
-  GroupScratch(std::int64_t group_rows, std::int64_t dim, std::int64_t dim_v)
-      : q(hwy::AllocateAligned<T>(std::max<std::int64_t>(group_rows * dim, 1))),
+  GroupScratch(std::int64_t rows_all_heads, std::int64_t dim, std::int64_t dim_v)
+      : q(hwy::AllocateAligned<T>(std::max<std::int64_t>(rows_all_heads * dim, 1))),
         kt(hwy::AllocateAligned<T>(std::max<std::int64_t>(dim * kBk, 1))),
         rows(hwy::AllocateAligned<T>(std::max<std::int64_t>(kBk * std::max(dim, dim_v), 1))) {}
+  // k/v head hk's rows of q, for `group_rows` rows a head.
+  T* head_q(std::int64_t hk, std::int64_t group_rows, std::int64_t dim) const {
+    return q.get() + hk * group_rows * dim;
+  }
 };
 
 // q [G Tq, D] <- the scaled query rows of k/v head hk of batch b, head-major (row g * Tq + i:
@@ -223,8 +227,9 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     // Every query row of a k/v head, live or not, enters the grouped products (rows past live
     // are computed and never read), so the choice depends on the shapes only.
     const bool grouped = d.group() * d.Tq >= kGroupedRows;
-    GroupScratch<T> products(grouped ? d.group() * d.Tq : 0, grouped ? d.D : 0, grouped ? d.Dv : 0);
-    std::vector<T> group_q(grouped ? static_cast<std::size_t>(d.Hk * d.group() * d.Tq * d.D) : 0);
+    const std::int64_t group_rows = d.group() * d.Tq;
+    GroupScratch<T> products(grouped ? d.Hk * group_rows : 0, grouped ? d.D : 0,
+                             grouped ? d.Dv : 0);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
       const std::int64_t group = item % groups;
@@ -238,7 +243,7 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
       const std::int64_t hk_lo = heads.lo / d.group(), hk_hi = heads.hi / d.group();
       if (grouped) {
         for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
-          group_queries(d, q_scaled.get(), b, hk, group_q.data() + hk * d.group() * d.Tq * d.D);
+          group_queries(d, q_scaled.get(), b, hk, products.head_q(hk, group_rows, d.D));
         }
       }
       for (std::int64_t j0 = split * TileTraits::kDecodeSplit; j0 < k_end; j0 += kBk) {
@@ -251,8 +256,8 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
         if (!any) continue;
         if (grouped) {
           for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
-            grouped_scores(d, k, v, group_q.data() + hk * d.group() * d.Tq * d.D, b, hk, j0, cols,
-                           products, scratch.s.get());
+            grouped_scores(d, k, v, products.head_q(hk, group_rows, d.D), b, hk, j0, cols, products,
+                           scratch.s.get());
           }
         } else {
           decode_scores(p, k, v, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
