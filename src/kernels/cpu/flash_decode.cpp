@@ -122,14 +122,16 @@ void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
 constexpr std::int64_t kGroupedRows = TileTraits::kDecodeGroupedRows;
 
 // Per-thread scratch of the grouped products: each k/v head's query rows (group_queries), a tile
-// of K transposed [D, kBk], and a tile of K or V in T [kBk, D or Dv].
+// of K transposed [D, kBk], and a tile of K of every k/v head, or of V of one, in T [Hk, kBk, D]
+// or [kBk, Dv].
 template <class T>
 struct GroupScratch {
   hwy::AlignedFreeUniquePtr<T[]> q, kt, rows;
-  GroupScratch(std::int64_t rows_all_heads, std::int64_t dim, std::int64_t dim_v)
-      : q(hwy::AllocateAligned<T>(std::max<std::int64_t>(rows_all_heads * dim, 1))),
+  GroupScratch(std::int64_t heads_kv, std::int64_t group_rows, std::int64_t dim, std::int64_t dim_v)
+      : q(hwy::AllocateAligned<T>(std::max<std::int64_t>(heads_kv * group_rows * dim, 1))),
         kt(hwy::AllocateAligned<T>(std::max<std::int64_t>(dim * kBk, 1))),
-        rows(hwy::AllocateAligned<T>(std::max<std::int64_t>(kBk * std::max(dim, dim_v), 1))) {}
+        rows(hwy::AllocateAligned<T>(
+            std::max<std::int64_t>(kBk * std::max(heads_kv * dim, dim_v), 1))) {}
   // k/v head hk's rows of q, for `group_rows` rows a head.
   T* head_q(std::int64_t hk, std::int64_t group_rows, std::int64_t dim) const {
     return q.get() + hk * group_rows * dim;
@@ -148,24 +150,31 @@ void group_queries(const Dims& d, const T* q_scaled, std::int64_t b, std::int64_
   }
 }
 
-// The scores of k/v head hk's query rows (q [G Tq, D], group_queries) against keys [j0, j0 +
-// cols) of batch b, into S rows hk * G * Tq onwards (decode_scores' layout, columns past cols 0):
-// the tile of K converted to T and transposed to [D, kBk] once, then one product for all rows,
-// where dot products would reduce every (row, key) pair apart. V's rows of the tile are
-// prefetched as K's are read, as decode_scores does.
+// The scores of the query rows of k/v heads [hk_lo, hk_hi) (their q in scratch, group_queries)
+// against keys [j0, j0 + cols) of batch b, into S rows hk_lo * G * Tq onwards (decode_scores'
+// layout, columns past cols 0): first every head's tile of K converted to T key by key, so K
+// streams through memory in order as in decode_scores (one head at a time, 256 bytes of every 2
+// KiB, stalled on memory for 65% of this function's time at Hq 32 over Hk 8), with V's rows
+// prefetched alongside; then per head the tile transposed to [D, kBk] and one product for all
+// its rows, where dot products would reduce every (row, key) pair apart.
 template <class T, class E>
 void grouped_scores(const Dims& d, const Rows<const E>& k_rows, const Rows<const E>& v_rows,
-                    const T* q, std::int64_t b, std::int64_t hk, std::int64_t j0, std::int64_t cols,
-                    GroupScratch<T>& scratch, T* S) {
-  T* rows = scratch.rows.get();
+                    std::int64_t b, std::int64_t hk_lo, std::int64_t hk_hi, std::int64_t j0,
+                    std::int64_t cols, GroupScratch<T>& scratch, T* S) {
+  T* rows = scratch.rows.get();  // [hk_hi - hk_lo, kBk, D]
   for (std::int64_t c = 0; c < cols; ++c) {
-    prefetch_key(v_rows, b, j0 + c, hk, hk + 1, d.Dv);
-    convert_rows(k_rows.at(b, j0 + c, hk), k_rows.row, 1, d.D, rows + c * d.D, d.D);
+    prefetch_key(v_rows, b, j0 + c, hk_lo, hk_hi, d.Dv);
+    for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+      convert_rows(k_rows.at(b, j0 + c, hk), k_rows.row, 1, d.D,
+                   rows + ((hk - hk_lo) * kBk + c) * d.D, d.D);
+    }
   }
-  pack_transposed(rows, d.D, cols, d.D, kBk, scratch.kt.get());
   const std::int64_t group_rows = d.group() * d.Tq;
-  gemm<true>(group_rows, kBk, d.D, q, d.D, scratch.kt.get(), kBk, S + hk * group_rows * kBk, kBk,
-             false);
+  for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+    pack_transposed(rows + (hk - hk_lo) * kBk * d.D, d.D, cols, d.D, kBk, scratch.kt.get());
+    gemm<true>(group_rows, kBk, d.D, scratch.head_q(hk, group_rows, d.D), d.D, scratch.kt.get(),
+               kBk, S + hk * group_rows * kBk, kBk, false);
+  }
 }
 
 // acc rows of k/v head hk (hk * G * Tq onwards, [G Tq, Dv]) += P V for keys [j0, j0 + cols) of
@@ -228,8 +237,7 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     // are computed and never read), so the choice depends on the shapes only.
     const bool grouped = d.group() * d.Tq >= kGroupedRows;
     const std::int64_t group_rows = d.group() * d.Tq;
-    GroupScratch<T> products(grouped ? d.Hk * group_rows : 0, grouped ? d.D : 0,
-                             grouped ? d.Dv : 0);
+    GroupScratch<T> products(grouped ? d.Hk : 0, group_rows, grouped ? d.D : 0, grouped ? d.Dv : 0);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
       const std::int64_t group = item % groups;
@@ -255,10 +263,7 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
         }
         if (!any) continue;
         if (grouped) {
-          for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
-            grouped_scores(d, k, v, products.head_q(hk, group_rows, d.D), b, hk, j0, cols, products,
-                           scratch.s.get());
-          }
+          grouped_scores(d, k, v, b, hk_lo, hk_hi, j0, cols, products, scratch.s.get());
         } else {
           decode_scores(p, k, v, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
         }

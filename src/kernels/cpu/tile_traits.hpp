@@ -68,12 +68,12 @@ struct TileTraits {
   // i) take their products as small matrix products instead of dot products from this many rows on.
   // A driver timing qkv::attention_forward on an f16 cache (Hk = 8, D = 128, 2 threads, AMD EPYC
   // (avx2 avx512_bf16 avx512f), 2026-11-24, medians of 11, two alternated runs, ms at Tk = 4096 /
-  // 16384 / 65536, dot products -> products): 16 rows (Hq 32 Tq 4) 2.7-3.2 / 14.1-14.5 / 55-67 ->
-  // 1.1-1.3 / 6.2-6.6 / 25-26 (Hq 8 Tq 16 alike); 8 rows (Hq 32 Tq 2, Hq 8 Tq 8, Hq 64 Tq 1, Hq 16
-  // Tq 4) 1.0-2.2 / 5.2-6.8 / 21-29 -> 0.78-0.92 / 4.9-5.2 / 21-22; but 4 rows (Hq 32 Tq 1, Hq 8
-  // Tq 4) 0.49-0.73 / 2.1-3.1 / 9.1-12.5 -> 0.58-0.72 / 4.3-4.4 / 17-18, and 2 rows (Hq 16 Tq 1)
-  // 0.39 / 1.7 / 7.5-8.0 -> 0.54-0.61 / 4.0-4.1 / 16-17: below 8 rows converting and transposing
-  // each tile of K costs more than the dot products it saves.
+  // 16384 / 65536, dot products -> products): 16 rows (Hq 32 Tq 4) 3.2 / 13.8-14.0 / 55.6-55.8
+  // -> 1.0-1.1 / 5.0-5.3 / 20.0-21.2; 8 rows (Hq 32 Tq 2) 1.15-1.20 / 5.8-6.6 / 23.4 -> 0.74-0.77
+  // / 3.9-4.0 / 16.1-16.9; but 4 rows: Hq 32 Tq 1 0.71-0.74 / 3.1-3.2 / 11.9-12.0 -> 0.55 /
+  // 3.1-3.2 / 12.9-13.7, Hq 8 Tq 4 0.51 / 2.2-2.8 / 9.1-9.2 -> 0.53 / 3.1 / 12.7-13.1; and 2 rows
+  // (Hq 16 Tq 1) 0.37-0.40 / 1.7 / 7.0-7.4 -> 0.52-0.69 / 2.9-3.0 / 12.0-12.3. Below 8 rows,
+  // converting and transposing each tile of K costs more than the dot products it saves.
   // The backward recomputes those scores the same way (flash_bwd.cpp's tile_scores), so that
   // P = exp(s - lse) sees the forward's rounding of s.
   static constexpr std::int64_t kDecodeGroupedRows = 8;
