@@ -396,7 +396,7 @@ TEST(Copies, CopyFromAcrossDTypesAndStrides) {
   }
 }
 
-// A contiguous copy across dtypes converts whole runs at once (core/convert.cpp, threads from 2^16
+// A contiguous copy across dtypes converts whole runs at once (core/convert.cpp, threads from 2^14
 // elements): it must give the bits the element-by-element path gives, which a copy into a
 // transposed view takes, on every bit pattern class: normals, subnormals, both zeros, infinities,
 // NaNs (quiet and signalling), f16's overflow and f64 values between two f32 neighbours.
