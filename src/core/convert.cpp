@@ -4,7 +4,9 @@
 #include <type_traits>
 
 #include "core/element.hpp"
+#include "core/thread_budget.hpp"
 #include "qkv/half.hpp"
+#include "qkv/system.hpp"
 
 namespace qkv::detail {
 namespace {
@@ -42,18 +44,24 @@ typename To::Storage convert(typename From::Storage x) {
   }
 }
 
-// From this many elements the run is split across the OpenMP threads (a call from inside a
-// parallel region runs on its own thread). Median of 201 copies, 2 threads of an AMD EPYC (avx2
-// avx512_bf16 avx512f), 2026-11-24, f32 -> bf16 / bf16 -> f32 in us, one thread -> two: 4096
-// elements 1.46 / 0.47 (one thread either way at this threshold); 16384: 4.9 / 1.05 -> 2.8 / 0.9;
-// 65536: 18.5-18.9 / 3.2 -> 9.7 / 1.9-2.5; 1048576: 301-305 / 58-60 -> 152 / 35.
+// From this many elements the run is split across this call's share of qkv's thread budget
+// (core/thread_budget.hpp: none inside a parallel region, what other calls leave otherwise). Median
+// of 201 copies, 2 threads of an AMD EPYC (avx2 avx512_bf16 avx512f), 2026-11-24, f32 -> bf16 /
+// bf16 -> f32 in us, one thread -> two: 4096 elements 1.46 / 0.47 (one thread either way at this
+// threshold); 16384: 4.9 / 1.05 -> 2.8 / 0.9; 65536: 18.5-18.9 / 3.2 -> 9.7 / 1.9-2.5; 1048576:
+// 301-305 / 58-60 -> 152 / 35.
 constexpr std::int64_t kParallelElements = std::int64_t{1} << 14;
 
 template <class To, class From>
 void run(std::byte* dst, const std::byte* src, std::int64_t n) {
   auto* out = reinterpret_cast<typename To::Storage*>(dst);
   const auto* in = reinterpret_cast<const typename From::Storage*>(src);
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  if (n < kParallelElements) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = convert<To, From>(in[i]);
+    return;
+  }
+  const ThreadShare threads(num_threads());  // this copy's share of qkv's budget (qkv/system.hpp)
+#pragma omp parallel for schedule(static)
   for (std::int64_t i = 0; i < n; ++i) out[i] = convert<To, From>(in[i]);
 }
 
