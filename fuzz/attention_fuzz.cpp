@@ -29,6 +29,7 @@
 #include "attention_check.hpp"
 #include "attention_slack.hpp"
 #include "byte_reader.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
 #include "qkv/attention.hpp"
 #include "qkv/block_mask.hpp"
 #include "qkv/error.hpp"
@@ -106,26 +107,10 @@ Results run_mods(const AttentionCase& c, const Tensor& q, const Tensor& k, const
   return r;
 }
 
-// The fused forward's bf16 products on path (or, without one, the library's own choice) while
-// the guard lives.
-class ForcedPath {
- public:
-  explicit ForcedPath(std::optional<kernels::cpu::MatrixPath> path) : forced_(path.has_value()) {
-    if (forced_) kernels::cpu::force_fused_path(path);
-  }
-  ~ForcedPath() {
-    if (forced_) kernels::cpu::reset_fused_path();
-  }
-  ForcedPath(const ForcedPath&) = delete;
-  ForcedPath& operator=(const ForcedPath&) = delete;
-
- private:
-  bool forced_;
-};
-
 // The case with backend (the fused runs on the case's matrix path).
 Results run(const AttentionCase& c, Backend backend, int threads) {
-  const ForcedPath forced(backend == Backend::cpu ? c.matrix_path : std::nullopt);
+  std::optional<kernels::cpu::ForcedFusedPath> forced;  // else the library's own choice
+  if (backend == Backend::cpu && c.matrix_path) forced.emplace(c.matrix_path);
   if (c.mods) return run_mods(c, c.q, c.k, c.v, c.dout, backend, false, threads);
   AttentionOptions options = c.options;
   options.backend = backend;

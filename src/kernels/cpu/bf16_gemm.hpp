@@ -57,6 +57,14 @@ bool fused_bf16_path(std::int64_t Tk, MatrixPath& path);
 void force_fused_path(std::optional<MatrixPath> path);
 void reset_fused_path();
 
+// For tests and the fuzzer: force_fused_path(path) for as long as the guard lives.
+struct ForcedFusedPath {
+  explicit ForcedFusedPath(std::optional<MatrixPath> path) { force_fused_path(path); }
+  ~ForcedFusedPath() { reset_fused_path(); }
+  ForcedFusedPath(const ForcedFusedPath&) = delete;
+  ForcedFusedPath& operator=(const ForcedFusedPath&) = delete;
+};
+
 // C = A B as above, on path (which must be available).
 void bf16_gemm(MatrixPath path, std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
                const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,

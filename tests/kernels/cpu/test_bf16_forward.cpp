@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "kernels/cpu/bf16_gemm.hpp"
-#include "kernels/cpu/forced_path.hpp"
 #include "kernels/cpu/fused_case.hpp"
 #include "qkv/qkv.hpp"
 
 namespace qkv::testing {
 namespace {
 
+using kernels::cpu::ForcedFusedPath;
 using kernels::cpu::MatrixPath;
 
 // The paths to test here: the emulated tiles, and every hardware path this CPU runs.
@@ -89,12 +89,12 @@ TEST_P(Bf16Forward, WithinTwiceTheLowPrecisionReferencesErrorOnEveryPath) {
   const double slack = 1e-6 * std::max(1.0, max_abs(exact.out));
   AttentionOutput f32;
   {
-    const ForcedPath none(std::nullopt);
+    const ForcedFusedPath none(std::nullopt);
     f32 = attention_forward(in.q, in.k, in.v, cpu);
   }
   for (const MatrixPath path : paths()) {
     SCOPED_TRACE(kernels::cpu::path_name(path));
-    const ForcedPath forced(path);
+    const ForcedFusedPath forced(path);
     const AttentionOutput got = attention_forward(in.q, in.k, in.v, cpu);
     EXPECT_EQ(got.out.dtype(), DType::bf16);
     EXPECT_LE(max_error(got.out, exact.out), 2 * max_error(low.out, exact.out) + slack);
@@ -129,11 +129,11 @@ TEST(Bf16Forward, F16StaysOnTheF32Path) {
   cpu.backend = Backend::cpu;
   AttentionOutput forced_run, f32;
   {
-    const ForcedPath forced(MatrixPath::amx_emulated);
+    const ForcedFusedPath forced(MatrixPath::amx_emulated);
     forced_run = attention_forward(in.q, in.k, in.v, cpu);
   }
   {
-    const ForcedPath none(std::nullopt);
+    const ForcedFusedPath none(std::nullopt);
     f32 = attention_forward(in.q, in.k, in.v, cpu);
   }
   EXPECT_TRUE(bitwise_equal({forced_run.out.to_vector(), forced_run.lse.to_vector()},

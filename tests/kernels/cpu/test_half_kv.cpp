@@ -14,12 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/forced_path.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
 #include "kernels/cpu/fused_case.hpp"
 #include "qkv/qkv.hpp"
 
 namespace qkv::testing {
 namespace {
+
+using kernels::cpu::ForcedFusedPath;
 
 struct HalfCase {
   FusedCase shape;
@@ -45,7 +47,7 @@ class HalfKv : public ::testing::TestWithParam<HalfCase> {};
 
 TEST_P(HalfKv, SameBitsAsTheCacheConvertedFirstOnEveryTarget) {
   const HalfCase& c = GetParam();
-  const ForcedPath f32_path(std::nullopt);
+  const ForcedFusedPath f32_path(std::nullopt);
   const FusedInputs in = make_inputs(c.shape, c.dtype);
   AttentionOptions options = in.options;
   options.backend = Backend::cpu;
@@ -161,7 +163,7 @@ INSTANTIATE_TEST_SUITE_P(Caches, HalfKv, ::testing::ValuesIn(cases()),
 // its first Tk positions, with NaN in the keys and values past each batch's length (never read
 // into a result); flex_attention with a score mod over it gives the bits of the converted call.
 TEST(HalfKv, ReadsACacheViewAndNeverItsUnusedTail) {
-  const ForcedPath f32_path(std::nullopt);
+  const ForcedFusedPath f32_path(std::nullopt);
   const std::int64_t B = 2, Hq = 8, Hk = 2, capacity = 4096, Tk = 3000, D = 128, Tq = 2;
   Generator g(11);
   const auto cache = [&] {
