@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "attention/common.hpp"
@@ -70,6 +71,14 @@ MaskAndAlibi mask_and_alibi(const qkv::kernels::Dims& d, const AttentionOptions&
 // -> out [B, Tq, Hq, Dv]
 Var attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& options,
               const Var& bias) {
+  const std::optional<DType> autocast = autocast_dtype();
+  if (autocast && q.dtype() == DType::f32) {
+    // out = attention(q, k, v) in the autocast dtype: q, k, v and out rounded to it, the softmax
+    // and the bias (kept f32, as its gradient) in f32; out in f32
+    return cast(
+        attention(cast(q, *autocast), cast(k, *autocast), cast(v, *autocast), options, bias),
+        DType::f32);
+  }
   const AttentionOptions o = with_bias(options, bias);
   // out, lse = attention_forward(q, k, v)
   AttentionOutput fwd = attention_forward(q.value(), k.value(), v.value(), o);

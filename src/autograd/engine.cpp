@@ -1,4 +1,6 @@
 // The tape: Var, NoGrad and the backward walk.
+#include <optional>
+#include <string>
 #include <unordered_set>
 #include <utility>
 
@@ -11,6 +13,7 @@ namespace detail {
 namespace {
 
 thread_local bool grad_mode = true;
+thread_local std::optional<DType> autocast_mode;
 
 const Node& node_of(const std::shared_ptr<Node>& node, const char* what) {
   if (!node) throw Error("Var", std::string("a defined Var for ") + what, "an undefined Var");
@@ -81,7 +84,7 @@ Var record(Tensor value, std::initializer_list<const Var*> inputs, BackwardFn ba
 }  // namespace detail
 
 Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<detail::Node>()) {
-  kernels::expect_floating(value, "value");
+  kernels::expect_any_floating(value, "value");
   node_->value = std::move(value);
   node_->requires_grad = requires_grad;
 }
@@ -149,5 +152,15 @@ void Var::backward(const Tensor& seed) const {
 NoGrad::NoGrad() noexcept : previous_(detail::grad_mode) { detail::grad_mode = false; }
 NoGrad::~NoGrad() { detail::grad_mode = previous_; }
 bool grad_enabled() noexcept { return detail::grad_mode; }
+
+Autocast::Autocast(DType dtype) : previous_(detail::autocast_mode) {
+  if (dtype != DType::bf16 && dtype != DType::f16) {
+    throw Error("dtype", "bf16 or f16 (the dtype Autocast computes in)",
+                std::string(dtype_name(dtype)));
+  }
+  detail::autocast_mode = dtype;
+}
+Autocast::~Autocast() { detail::autocast_mode = previous_; }
+std::optional<DType> autocast_dtype() noexcept { return detail::autocast_mode; }
 
 }  // namespace qkv::autograd

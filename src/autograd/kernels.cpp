@@ -11,7 +11,18 @@ namespace qkv::autograd::kernels {
 void expect_floating(const Tensor& x, const char* argument) {
   if (!x.defined()) throw Error(argument, "a defined f32 or f64 tensor", "an undefined tensor");
   if (x.dtype() != DType::f32 && x.dtype() != DType::f64) {
-    throw Error(argument, "dtype f32 or f64", std::string(dtype_name(x.dtype())));
+    throw Error(argument,
+                is_half(x.dtype()) ? "dtype f32 or f64 (this op does not take bf16 or f16: cast "
+                                     "to f32, or compute under an Autocast)"
+                                   : "dtype f32 or f64",
+                std::string(dtype_name(x.dtype())));
+  }
+}
+
+void expect_any_floating(const Tensor& x, const char* argument) {
+  if (!x.defined()) throw Error(argument, "a defined floating tensor", "an undefined tensor");
+  if (!is_floating(x.dtype())) {
+    throw Error(argument, "dtype f32, f64, bf16 or f16", std::string(dtype_name(x.dtype())));
   }
 }
 
@@ -99,6 +110,7 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  if (is_half(a.dtype())) return add(a.to(DType::f32), b.to(DType::f32)).to(a.dtype());
   return zip(a, b, [](auto x, auto y) { return x + y; });
 }
 

@@ -15,6 +15,10 @@ namespace qkv::autograd::kernels {
 
 // Throws unless x is defined and f32 or f64.
 void expect_floating(const Tensor& x, const char* argument);
+// Throws unless x is defined and of a floating dtype: f32, f64, bf16 or f16.
+void expect_any_floating(const Tensor& x, const char* argument);
+// Whether dtype is one of the 16-bit floating types (bf16, f16).
+inline bool is_half(DType dtype) { return dtype == DType::bf16 || dtype == DType::f16; }
 // Throws unless b has a's dtype.
 void expect_same_dtype(const Tensor& a, const Tensor& b, const char* argument);
 using core::wrap_dim;
@@ -33,7 +37,7 @@ Tensor sum_to(const Tensor& g, const Shape& shape);
 // x broadcast to shape, contiguous.
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
 
-// a + b, same shape and dtype.
+// a + b, same shape and dtype (bf16 and f16 added in f32 and rounded once).
 Tensor add(const Tensor& a, const Tensor& b);
 
 // fn(x_i) for every element, contiguous.

@@ -1,4 +1,5 @@
 // matmul and batched matmul, through the BLAS.
+#include <optional>
 #include <vector>
 
 #include "autograd/kernels.hpp"
@@ -27,13 +28,8 @@ void batched_gemm(bool ta, bool tb, std::int64_t P, std::int64_t M, std::int64_t
   }
 }
 
-}  // namespace
-
-// a [..., M, K], b [..., K, N] -> [..., M, N]
-Var matmul(const Var& a, const Var& b) {
-  kernels::expect_floating(a.value(), "a");
-  kernels::expect_floating(b.value(), "b");
-  kernels::expect_same_dtype(a.value(), b.value(), "b");
+// a [..., M, K], b [..., K, N] (f32 or f64, checked) -> [..., M, N]
+Var matmul_blas(const Var& a, const Var& b) {
   if (a.dim() < 2) throw Error("a", "at least 2 dimensions [..., M, K]", a.value().describe());
   if (b.dim() < 2) throw Error("b", "at least 2 dimensions [..., K, N]", b.value().describe());
   const std::int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
@@ -109,6 +105,26 @@ Var matmul(const Var& a, const Var& b) {
     return std::vector<Tensor>{kernels::sum_to(da, a_shape),
                                kernels::sum_to(db.reshape(shared_b ? b_shape : b_full), b_shape)};
   });
+}
+
+}  // namespace
+
+// a [..., M, K], b [..., K, N] -> [..., M, N]
+Var matmul(const Var& a, const Var& b) {
+  kernels::expect_any_floating(a.value(), "a");
+  kernels::expect_any_floating(b.value(), "b");
+  kernels::expect_same_dtype(a.value(), b.value(), "b");
+  const std::optional<DType> autocast = autocast_dtype();
+  if (autocast && a.dtype() == DType::f32) {
+    // y = matmul(a, b) in the autocast dtype: inputs and result rounded to it, y in f32
+    return cast(matmul(cast(a, *autocast), cast(b, *autocast)), DType::f32);
+  }
+  if (kernels::is_half(a.dtype())) {
+    // c = a @ b with half a and b: widened exactly to f32, products and sums in f32, c rounded
+    // once; the casts' backward rounds da and db once likewise.
+    return cast(matmul_blas(cast(a, DType::f32), cast(b, DType::f32)), a.dtype());
+  }
+  return matmul_blas(a, b);
 }
 
 }  // namespace qkv::autograd

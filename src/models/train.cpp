@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numbers>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "qkv/error.hpp"
@@ -60,6 +61,13 @@ TrainReport train(Translator& model, const std::vector<Example>& examples,
       throw Error("examples[" + std::to_string(i) + "]", "a source and a target", "an empty side");
     }
   }
+  if (options.dtype != DType::f32 && options.dtype != DType::bf16 && options.dtype != DType::f16) {
+    throw Error("options.dtype", "f32, bf16 or f16", std::string(dtype_name(options.dtype)));
+  }
+  std::optional<ag::Autocast> autocast;
+  if (options.dtype != DType::f32) autocast.emplace(options.dtype);
+  const bool scaled = options.dtype == DType::f16;
+  nn::GradScaler scaler;
   model.train();
   const std::vector<Var> parameters = model.parameters();
   nn::AdamWOptions adam;
@@ -120,9 +128,15 @@ TrainReport train(Translator& model, const std::vector<Example>& examples,
     const Var logits = model.decode(memory, source, target_in);  // [B, T, V]
     const Var loss =
         ag::cross_entropy(ag::reshape(logits, {-1, logits.size(2)}), targets, loss_options);
-    loss.backward();
-    if (options.clip_norm > 0) nn::clip_grad_norm(parameters, options.clip_norm);
-    optimizer.step();
+    (scaled ? scaler.scale(loss) : loss).backward();
+    const bool finite = !scaled || scaler.unscale(parameters);
+    if (finite) {
+      if (options.clip_norm > 0) nn::clip_grad_norm(parameters, options.clip_norm);
+      optimizer.step();
+    } else {
+      ++report.skipped_steps;
+    }
+    if (scaled) scaler.update(!finite);
 
     report.losses.push_back(loss.value().to_vector()[0]);
     report.target_tokens += tokens;

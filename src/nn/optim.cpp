@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "qkv/autograd/ops.hpp"
 #include "qkv/error.hpp"
 
 namespace qkv::nn {
@@ -163,6 +164,45 @@ double clip_grad_norm(const std::vector<Var>& parameters, double max_norm) {
     }
   }
   return norm;
+}
+
+GradScaler::GradScaler(const GradScalerOptions& options)
+    : options_(options), scale_(options.init_scale) {
+  if (!(options.init_scale > 0)) throw Error("init_scale", "> 0", num(options.init_scale));
+  if (!(options.growth_factor > 1)) throw Error("growth_factor", "> 1", num(options.growth_factor));
+  if (!(options.backoff_factor > 0 && options.backoff_factor < 1)) {
+    throw Error("backoff_factor", "in (0, 1)", num(options.backoff_factor));
+  }
+  if (options.growth_interval < 1) {
+    throw Error("growth_interval", ">= 1", std::to_string(options.growth_interval));
+  }
+}
+
+Var GradScaler::scale(const Var& loss) const { return autograd::mul(loss, scale_); }
+
+bool GradScaler::unscale(const std::vector<Var>& parameters) const {
+  bool finite = true;
+  for (const Var& p : parameters) {
+    if (!p.defined() || !has_grad(p)) continue;
+    Tensor grad = p.grad();  // shares the gradient's storage
+    std::vector<double> g = grad.to_vector();
+    for (double& x : g) {
+      x /= scale_;
+      finite = finite && std::isfinite(x);
+    }
+    grad.copy_from(Tensor::from_values(grad.shape(), g, DType::f64));
+  }
+  return finite;
+}
+
+void GradScaler::update(bool found_inf) {
+  if (found_inf) {
+    scale_ *= options_.backoff_factor;
+    good_steps_ = 0;
+  } else if (++good_steps_ == options_.growth_interval) {
+    scale_ *= options_.growth_factor;
+    good_steps_ = 0;
+  }
 }
 
 double warmup_cosine_lr(std::int64_t step, double base_lr, std::int64_t warmup_steps,

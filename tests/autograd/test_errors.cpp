@@ -30,7 +30,8 @@ TEST(Errors, NameArgumentExpectedAndActual) {
         ag::mul(a, Var(random({2, 3}, 3).to(DType::f32)));
       },
       "b", "expected dtype f64, got f32");
-  expect_error([&] { Var(Tensor::zeros({2}, DType::bf16)); }, "value", "f32 or f64, got bf16");
+  expect_error([&] { Var(Tensor::zeros({2}, DType::boolean)); }, "value",
+               "f32, f64, bf16 or f16, got bool");
   expect_error(
       [&] {
         ag::matmul(a, Var(random({2, 5}, 4)));

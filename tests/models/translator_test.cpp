@@ -6,8 +6,10 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <string>
 #include <vector>
 
+#include "qkv/autograd/var.hpp"
 #include "qkv/error.hpp"
 #include "qkv/models/checkpoint.hpp"
 #include "qkv/models/corpus.hpp"
@@ -197,6 +199,39 @@ TEST_F(CopyTask, SavedModelLoadsBackToTheSameFunction) {
   save_safetensors(path, {{"x", Tensor::zeros({1})}});
   EXPECT_THROW(load_translator(path), Error);  // no config in the metadata
   std::filesystem::remove(path);
+}
+
+// Mixed precision: the same training in bf16 and in f16 (with dynamic loss scaling), each under
+// an Autocast with f32 master weights, learns the copy task as the f32 run does.
+TEST(Translator, MixedPrecisionTrainingLearnsTheCopyTask) {
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    Translator model(small_config());
+    TrainOptions o;
+    o.steps = 400;
+    o.batch_size = 32;
+    o.lr = 3e-3;
+    o.warmup_steps = 25;
+    o.label_smoothing = 0.0;
+    o.dtype = dtype;
+    const TrainReport report = train(model, copy_task(4000, 1), o);
+    for (const Var& p : model.parameters()) EXPECT_EQ(p.dtype(), DType::f32);
+    EXPECT_LT(report.skipped_steps, 20);
+    const double last = std::accumulate(report.losses.end() - 10, report.losses.end(), 0.0) / 10;
+    EXPECT_LT(last, 0.4);
+    const std::vector<Example> test = copy_task(64, 99);
+    std::vector<std::vector<std::int64_t>> sources;
+    for (const Example& e : test) sources.push_back(e.source);
+    autograd::Autocast autocast(dtype);
+    const std::vector<Translation> copies = greedy_decode(model, make_batch(sources));
+    int exact = 0;
+    for (std::size_t i = 0; i < test.size(); ++i) exact += copies[i].tokens == test[i].target;
+    EXPECT_GE(exact, 58);  // of 64
+  }
+  TrainOptions f64;
+  f64.dtype = DType::f64;
+  Translator model(small_config());
+  EXPECT_THROW(train(model, copy_task(10, 1), f64), Error);
 }
 
 TEST(Translator, RejectsBadArguments) {

@@ -140,6 +140,57 @@ TEST(ClipGradNorm, ScalesToTheGlobalNorm) {
   EXPECT_NEAR(b.grad().at({0}), 12 * c, 1e-15);
 }
 
+// The loss is scaled, the gradients unscaled exactly (the scale a power of 2), an inf or NaN
+// gradient reported (and the scale backed off), and the scale grown after growth_interval finite
+// steps in a row, as torch.amp.GradScaler.
+TEST(GradScaler, ScalesUnscalesAndAdaptsToOverflow) {
+  nn::GradScalerOptions o;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  nn::GradScaler scaler(o);
+  Problem problem;
+  problem.p.zero_grad();
+  const Var loss = ag::sum(problem.p * Var(Tensor::from_values({3}, problem.grads[0], DType::f64)));
+  const Var scaled = scaler.scale(loss);
+  EXPECT_EQ(scaled.value().to_vector()[0], 1024 * loss.value().to_vector()[0]);
+  scaled.backward();
+  EXPECT_EQ(problem.p.grad().to_vector()[0], 1024 * 0.1);
+  EXPECT_TRUE(scaler.unscale({problem.p}));
+  EXPECT_EQ(problem.p.grad().to_vector(), problem.grads[0]);
+  for (int step = 0; step < 2; ++step) scaler.update(false);
+  EXPECT_EQ(scaler.scale(), 1024);
+  scaler.update(false);  // the third finite step in a row
+  EXPECT_EQ(scaler.scale(), 2048);
+
+  for (const double bad : {INFINITY, NAN}) {
+    problem.p.zero_grad();
+    ag::sum(problem.p * Var(Tensor::from_values({3}, {1.0, bad, 1.0}, DType::f64))).backward();
+    EXPECT_FALSE(scaler.unscale({problem.p}));
+  }
+  scaler.update(true);
+  EXPECT_EQ(scaler.scale(), 1024);
+  scaler.update(false);
+  scaler.update(false);
+  scaler.update(true);  // resets the count of finite steps
+  scaler.update(false);
+  scaler.update(false);
+  EXPECT_EQ(scaler.scale(), 512);
+  scaler.update(false);
+  EXPECT_EQ(scaler.scale(), 1024);
+
+  const auto refused = [](auto set) {
+    nn::GradScalerOptions bad;
+    set(bad);
+    EXPECT_THROW(nn::GradScaler{bad}, Error);
+  };
+  refused([](nn::GradScalerOptions& b) { b.init_scale = 0; });
+  refused([](nn::GradScalerOptions& b) { b.init_scale = NAN; });
+  refused([](nn::GradScalerOptions& b) { b.growth_factor = 1; });
+  refused([](nn::GradScalerOptions& b) { b.backoff_factor = 1; });
+  refused([](nn::GradScalerOptions& b) { b.backoff_factor = 0; });
+  refused([](nn::GradScalerOptions& b) { b.growth_interval = 0; });
+}
+
 TEST(WarmupCosine, RisesLinearlyThenFollowsTheCosine) {
   EXPECT_EQ(nn::warmup_cosine_lr(0, 1.0, 10, 110), 0.0);
   EXPECT_DOUBLE_EQ(nn::warmup_cosine_lr(5, 1.0, 10, 110), 0.5);

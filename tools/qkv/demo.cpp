@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <system_error>
@@ -56,6 +57,7 @@ struct DemoOptions {
   std::int64_t beam = 4;
   std::int64_t beam_sentences = 100;  // held-out sentences also decoded with beam search
   std::int64_t heatmaps = 4;
+  std::string dtype = "f32";  // what matmul and attention compute in: f32, bf16 or f16
 };
 
 // Held-out pairs: drawn from another seed, without any source sentence the training set has.
@@ -98,6 +100,10 @@ Tensor with_average(const Tensor& weights) {
 void run_demo(const DemoOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto begin = Clock::now();
+  const DType dtype = o.dtype == "bf16" ? DType::bf16 : o.dtype == "f16" ? DType::f16 : DType::f32;
+  // Training, evaluation and the heatmaps all compute in dtype; the weights stay f32.
+  std::optional<autograd::Autocast> autocast;
+  if (dtype != DType::f32) autocast.emplace(dtype);
   const fs::path out(o.out);
   std::error_code error;
   fs::create_directories(out / "heatmaps", error);
@@ -106,8 +112,8 @@ void run_demo(const DemoOptions& o) {
   }
   std::printf(
       "qkv demo: a Transformer learns to translate a synthetic English into a French-like\n"
-      "language, on %d threads; everything goes to %s/\n\n",
-      num_threads(), out.string().c_str());
+      "language, on %d threads, computing in %s; everything goes to %s/\n\n",
+      num_threads(), std::string(dtype_name(dtype)).c_str(), out.string().c_str());
 
   // 1. Data
   const std::vector<SentencePair> train = models::generate_corpus(o.train_sentences, o.seed);
@@ -155,6 +161,7 @@ void run_demo(const DemoOptions& o) {
   train_options.batch_size = o.batch;
   train_options.lr = o.lr;
   train_options.seed = o.seed;
+  train_options.dtype = dtype;
   train_options.steps = o.steps == 0 ? o.max_steps : o.steps;
   if (o.steps == 0) {
     train_options.time_budget = o.time_budget;
@@ -279,6 +286,8 @@ void run_demo(const DemoOptions& o) {
       {"batch_size", o.batch},
       {"final_loss", report.losses.back()},
       {"threads", num_threads()},
+      {"dtype", dtype_name(dtype)},
+      {"skipped_steps", report.skipped_steps},
       {"seed", o.seed},
       {"parameters", parameters},
       {"buckets", buckets},
@@ -356,6 +365,10 @@ void add_demo(CLI::App& app) {
                    "Held-out sentences also decoded with beam search")
       ->capture_default_str()
       ->transform(integer<std::int64_t>(0));
+  demo->add_option("--dtype", options->dtype,
+                   "What matmul and attention compute in (mixed precision, f32 weights)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
   demo->add_option("--heatmaps", options->heatmaps, "Sentences to draw")
       ->capture_default_str()
       ->transform(integer<std::int64_t>(1));

@@ -11,14 +11,23 @@
 #include "qkv/mod_values.hpp"
 #include "qkv/tensor.hpp"
 
-// The differentiable ops. Every op takes f32 or f64 Vars of one dtype and returns a new Var; the
-// result records its backward when grad is enabled and an input requires grad. Bad arguments
-// throw qkv::Error naming the argument, the expected and the actual value, before any work.
+// The differentiable ops. Every op takes f32 or f64 Vars of one dtype (cast, matmul and attention
+// also bf16 and f16) and returns a new Var; the result records its backward when grad is enabled
+// and an input requires grad. Bad arguments throw qkv::Error naming the argument, the expected
+// and the actual value, before any work.
 namespace qkv::autograd {
+
+// --- cast.cpp -------------------------------------------------------------------------------
+// x [...] -> the same values in dtype (f64, f32, bf16 or f16; rounded to nearest even when
+// narrower); the backward casts the gradient back to x's dtype. x itself when dtype is its own.
+// The ops that take bf16 and f16 Vars are cast, matmul and attention; the others throw.
+Var cast(const Var& x, DType dtype);
 
 // --- matmul.cpp -----------------------------------------------------------------------------
 // a [..., M, K], b [..., K, N] -> [..., M, N]; both at least 2-D, batch dimensions broadcast as
-// in numpy (b [K, N] multiplies every matrix of a). Through the BLAS (sgemm, dgemm).
+// in numpy (b [K, N] multiplies every matrix of a). Through the BLAS (sgemm, dgemm). bf16 and
+// f16 (both of one dtype): products and sums in f32, the result rounded once, and the backward
+// likewise (dA and dB rounded once). Under an Autocast, f32 a and b compute in its dtype.
 Var matmul(const Var& a, const Var& b);
 
 // --- elementwise.cpp ------------------------------------------------------------------------
@@ -132,7 +141,8 @@ Var cross_entropy(const Var& logits, const std::vector<std::int64_t>& targets,
 // be given in options.bias instead (not both).
 //
 // The primitive: one node whose forward is qkv::attention_forward (it saves out and lse) and
-// whose backward is qkv::attention_backward, on the backend options.backend picks.
+// whose backward is qkv::attention_backward, on the backend options.backend picks. q, k, v may be
+// bf16 or f16 (the kernel's half storage); under an Autocast, f32 q, k, v compute in its dtype.
 Var attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& options = {},
               const Var& bias = {});
 // The same function composed from the ops above: matmul, scale, tanh for the soft-cap, add for

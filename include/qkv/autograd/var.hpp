@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "qkv/dtype.hpp"
 #include "qkv/tensor.hpp"
@@ -13,9 +14,10 @@ struct Node;
 }  // namespace detail
 
 // A cheap shared handle on a node of the graph: a value (f32 or f64, never written after the op
-// that made it) and, for a leaf that requires grad, the gradient that backward() accumulates.
-// Copies share the node. Like PyTorch, only leaves keep their gradient; intermediate values
-// receive theirs during a backward pass and pass it on.
+// that made it; bf16 or f16 only as made by cast() and the ops that take it, see ops.hpp) and, for
+// a leaf that requires grad, the gradient that backward() accumulates. Copies share the node. Like
+// PyTorch, only leaves keep their gradient; intermediate values receive theirs during a backward
+// pass and pass it on.
 class Var {
  public:
   Var() = default;  // undefined: defined() is false
@@ -73,5 +75,26 @@ class NoGrad {
 
 // Whether ops record their backward on this thread (false inside a NoGrad scope).
 bool grad_enabled() noexcept;
+
+// Mixed precision, PyTorch's autocast: while one is alive (per thread), matmul and attention given
+// f32 Vars compute in `dtype` (bf16 or f16): each f32 input is rounded to dtype by a cast node, the
+// op runs on the half values (f32 accumulation, an f32 softmax) and its result, rounded to dtype,
+// comes back to f32 through another cast. Everything else (layer norm, softmax, cross-entropy,
+// the optimizer's master weights) stays f32. The backward mirrors it: the gradient reaching a
+// cast to f32 is rounded to dtype, so the ops' backward runs in dtype as their forward did.
+// Nested scopes restore the outer one's dtype. dtype other than bf16 or f16 throws qkv::Error.
+class Autocast {
+ public:
+  explicit Autocast(DType dtype);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  std::optional<DType> previous_;
+};
+
+// The dtype of the innermost Autocast alive on this thread; none outside one.
+std::optional<DType> autocast_dtype() noexcept;
 
 }  // namespace qkv::autograd

@@ -27,6 +27,10 @@ struct TrainOptions {
   double label_smoothing = 0.1;
   double clip_norm = 1.0;  // global gradient norm; 0 turns clipping off
   std::uint64_t seed = 0;  // the order of the examples
+  // The dtype matmul and attention compute in: f32, or bf16 / f16 under an autograd::Autocast
+  // with the parameters (the optimizer's master weights) kept in f32; f16 with dynamic loss
+  // scaling (nn::GradScaler), its steps with an inf or NaN gradient skipped.
+  DType dtype = DType::f32;
 };
 
 struct TrainProgress {
@@ -43,7 +47,8 @@ struct TrainReport {
   std::int64_t steps = 0;
   std::int64_t target_tokens = 0;
   double seconds = 0;
-  std::vector<double> losses;  // one per step
+  std::vector<double> losses;      // one per step
+  std::int64_t skipped_steps = 0;  // f16: steps whose gradient overflowed (no update)
 };
 
 // Teacher forcing: the decoder reads <bos> y1 .. yn and is scored (cross-entropy with label

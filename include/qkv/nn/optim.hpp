@@ -67,6 +67,38 @@ class AdamW {
   std::vector<std::vector<double>> m_, v_;
 };
 
+struct GradScalerOptions {
+  double init_scale = 65536.0;  // 2^16, PyTorch's
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  std::int64_t growth_interval = 2000;  // steps in a row without inf or NaN before growing
+};
+
+// Dynamic loss scaling for f16 training (torch.amp.GradScaler): the backward runs on
+// loss * scale so that small gradients are not flushed to zero in f16, and overflows show up as
+// inf or NaN. unscale divides every gradient by the scale and says whether all are finite; when
+// one is not, the caller skips the optimizer's step and update multiplies the scale by
+// backoff_factor; after growth_interval finite steps in a row it multiplies it by growth_factor.
+class GradScaler {
+ public:
+  // Throws qkv::Error for init_scale <= 0, growth_factor <= 1, backoff_factor outside (0, 1) and
+  // growth_interval < 1 (NaN too).
+  explicit GradScaler(const GradScalerOptions& options = {});
+  // loss [...] -> loss * scale
+  Var scale(const Var& loss) const;
+  // Each parameter's gradient [...] divided by the scale, in place. True when every element of
+  // every gradient is finite.
+  bool unscale(const std::vector<Var>& parameters) const;
+  // After each step, taken or skipped: found_inf is !unscale(...).
+  void update(bool found_inf);
+  double scale() const noexcept { return scale_; }
+
+ private:
+  GradScalerOptions options_;
+  double scale_;
+  std::int64_t good_steps_ = 0;
+};
+
 // torch.nn.utils.clip_grad_norm_: the global L2 norm of every gradient; when above max_norm,
 // every gradient is scaled by max_norm / (norm + 1e-6). Returns the norm before clipping.
 // max_norm >= 0 (else qkv::Error, no gradient touched).
