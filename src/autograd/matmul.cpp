@@ -1,5 +1,6 @@
 // matmul and batched matmul, through the BLAS.
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "autograd/kernels.hpp"
@@ -28,7 +29,9 @@ void batched_gemm(bool ta, bool tb, std::int64_t P, std::int64_t M, std::int64_t
   }
 }
 
-// a [..., M, K], b [..., K, N] (f32 or f64, checked) -> [..., M, N]
+// a [..., M, K], b [..., K, N] (f32, f64, or both bf16 or both f16: checked) -> [..., M, N]. Half
+// a and b are widened to f32 for the BLAS (exactly) and the result rounded once; the backward
+// keeps the half values, widens them again, and rounds da and db once.
 Var matmul_blas(const Var& a, const Var& b) {
   if (a.dim() < 2) throw Error("a", "at least 2 dimensions [..., M, K]", a.value().describe());
   if (b.dim() < 2) throw Error("b", "at least 2 dimensions [..., K, N]", b.value().describe());
@@ -50,18 +53,26 @@ Var matmul_blas(const Var& a, const Var& b) {
   // A shared b [K, N] (a linear layer) multiplies all of a as one [P * M, K] matrix.
   const bool shared_b = numel_of(b_batch) == 1 && a_batch == batch;
   const DType dtype = a.dtype();
+  const bool half = kernels::is_half(dtype);
+  const DType compute = half ? DType::f32 : dtype;
 
   // A shared b that is the transpose of a contiguous [N, K] matrix (a Linear layer's W^T) is read
   // in place, the gemm transposing it: copying W made up 40% of a decoder step at one token
   // (perf of qkv translate, 2026-11-23).
   const bool b_transposed = shared_b && b.dim() == 2 && !b.value().is_contiguous() &&
                             b.value().transpose(0, 1).is_contiguous();
-  const Tensor av = kernels::broadcast_to(a.value(), a_full);
-  const Tensor bv = b_transposed ? b.value().transpose(0, 1)  // [N, K]
-                    : shared_b   ? b.value().reshape({K, N}).contiguous()
-                                 : kernels::broadcast_to(b.value(), b_full);
-  Tensor out = Tensor::empty(out_shape, dtype);
-  kernels::dispatch(dtype, [&](auto zero) {
+  // The gemm operands from a's and b's values: contiguous, broadcast, in the compute dtype (to()
+  // returns the tensor itself where the dtype is already that).
+  const auto operands = [=](const Tensor& a_value, const Tensor& b_value) {
+    return std::pair<Tensor, Tensor>{kernels::broadcast_to(a_value.to(compute), a_full),
+                                     b_transposed ? b_value.transpose(0, 1).to(compute)  // [N, K]
+                                     : shared_b
+                                         ? b_value.reshape({K, N}).to(compute).contiguous()
+                                         : kernels::broadcast_to(b_value.to(compute), b_full)};
+  };
+  const auto [av, bv] = operands(a.value(), b.value());
+  Tensor out = Tensor::empty(out_shape, compute);
+  kernels::dispatch(compute, [&](auto zero) {
     using T = decltype(zero);
     // out[p] = a[p] @ b[p]
     if (b_transposed) {
@@ -77,11 +88,15 @@ Var matmul_blas(const Var& a, const Var& b) {
   });
 
   const Shape a_shape = a.shape(), b_shape = b.shape();
-  return detail::record(std::move(out), {&a, &b}, [=](const Tensor& dout) {
-    const Tensor g = dout.contiguous();
-    Tensor da = Tensor::empty(a_full, dtype);
-    Tensor db = Tensor::empty(shared_b ? Shape{K, N} : b_full, dtype);
-    kernels::dispatch(dtype, [&](auto zero) {
+  // The backward keeps the half values (half the memory of their f32 widening), or the f32 and
+  // f64 operands as the gemm read them.
+  const Tensor saved_a = half ? a.value() : av, saved_b = half ? b.value() : bv;
+  return detail::record(half ? out.to(dtype) : std::move(out), {&a, &b}, [=](const Tensor& dout) {
+    const auto [av, bv] = half ? operands(saved_a, saved_b) : std::pair{saved_a, saved_b};
+    const Tensor g = dout.to(compute).contiguous();
+    Tensor da = Tensor::empty(a_full, compute);
+    Tensor db = Tensor::empty(shared_b ? Shape{K, N} : b_full, compute);
+    kernels::dispatch(compute, [&](auto zero) {
       using T = decltype(zero);
       if (shared_b) {
         // out = a @ b with a as [P * M, K]: da = dout @ b^T, db = a^T @ dout
@@ -102,8 +117,10 @@ Var matmul_blas(const Var& a, const Var& b) {
                         db.data_as<T>());
       }
     });
-    return std::vector<Tensor>{kernels::sum_to(da, a_shape),
-                               kernels::sum_to(db.reshape(shared_b ? b_shape : b_full), b_shape)};
+    // Summed over the broadcast dimensions in the compute dtype, then rounded once.
+    return std::vector<Tensor>{
+        kernels::sum_to(da, a_shape).to(dtype),
+        kernels::sum_to(db.reshape(shared_b ? b_shape : b_full), b_shape).to(dtype)};
   });
 }
 
@@ -118,11 +135,6 @@ Var matmul(const Var& a, const Var& b) {
   if (autocast && a.dtype() == DType::f32) {
     // y = matmul(a, b) in the autocast dtype: inputs and result rounded to it, y in f32
     return cast(matmul(cast(a, *autocast), cast(b, *autocast)), DType::f32);
-  }
-  if (kernels::is_half(a.dtype())) {
-    // c = a @ b with half a and b: widened exactly to f32, products and sums in f32, c rounded
-    // once; the casts' backward rounds da and db once likewise.
-    return cast(matmul_blas(cast(a, DType::f32), cast(b, DType::f32)), a.dtype());
   }
   return matmul_blas(a, b);
 }
