@@ -9,6 +9,7 @@
 #include "qkv/error.hpp"
 #include "qkv/flex.hpp"
 #include "qkv/half.hpp"
+#include "qkv/linear_attention.hpp"
 #include "qkv/masks.hpp"
 #include "qkv/mod_values.hpp"
 #include "qkv/models.hpp"
