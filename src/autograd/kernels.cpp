@@ -1,10 +1,10 @@
 #include "autograd/kernels.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <string>
 #include <vector>
+
+#include "kernels/cpu/blas.hpp"
 
 namespace qkv::autograd::kernels {
 
@@ -127,29 +127,13 @@ Lanes lanes(const Shape& shape, std::int64_t dim) {
 void gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
           const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float* C,
           std::int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    for (std::int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0f);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
-              static_cast<int>(K), 1.0f, A, static_cast<int>(lda), B, static_cast<int>(ldb), 0.0f,
-              C, static_cast<int>(ldc));
+  qkv::kernels::cpu::blas_gemm(transpose_a, transpose_b, M, N, K, A, lda, B, ldb, false, C, ldc);
 }
 
 void gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
           const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double* C,
           std::int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    for (std::int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.0);
-    return;
-  }
-  cblas_dgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
-              static_cast<int>(K), 1.0, A, static_cast<int>(lda), B, static_cast<int>(ldb), 0.0, C,
-              static_cast<int>(ldc));
+  qkv::kernels::cpu::blas_gemm(transpose_a, transpose_b, M, N, K, A, lda, B, ldb, false, C, ldc);
 }
 
 }  // namespace qkv::autograd::kernels

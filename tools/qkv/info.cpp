@@ -21,6 +21,7 @@ void add_info(CLI::App& app) {
     std::printf("simd targets: %s\n", joined(simd_targets()).c_str());
     std::printf("cpu features: %s\n", joined(cpu_features()).c_str());
     std::printf("bf16 matrix paths (best first): %s\n", joined(matrix_paths()).c_str());
+    std::printf("blas kernels: %s\n", blas_kernels().c_str());
     std::printf("threads: %d\n", num_threads());
   });
 }

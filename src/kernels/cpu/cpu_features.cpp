@@ -43,6 +43,10 @@ bool request_amx_permission() {
 CpuFeatures detect() {
   CpuFeatures f;
   const Registers leaf1 = cpuid(1, 0);
+  const Registers vendor = cpuid(0, 0);
+  f.amd = vendor.ebx == 0x68747541 && vendor.edx == 0x69746e65 && vendor.ecx == 0x444d4163;
+  const unsigned base_family = (leaf1.eax >> 8) & 0xf;
+  f.family = base_family == 0xf ? base_family + ((leaf1.eax >> 20) & 0xff) : base_family;
   if (!bit(leaf1.ecx, 27)) return f;  // no OSXSAVE: no AVX state, nothing below is usable
   const std::uint64_t xcr = xcr0();
   const bool avx_state = (xcr & 0x6) == 0x6;                    // XMM, YMM
@@ -57,6 +61,8 @@ CpuFeatures detect() {
   f.avx512f = avx512_state && bit(leaf7.ebx, 16);
   f.avx512bw = f.avx512f && bit(leaf7.ebx, 30);
   f.avx512vl = f.avx512f && bit(leaf7.ebx, 31);
+  f.avx512dq = f.avx512f && bit(leaf7.ebx, 17);
+  f.avx512cd = f.avx512f && bit(leaf7.ebx, 28);
   f.avx512_bf16 = f.avx512f && bit(leaf7_1.eax, 5);
   f.avx512_fp16 = f.avx512f && bit(leaf7.edx, 23);
   f.amx_tile = bit(leaf7.edx, 24);
@@ -77,6 +83,8 @@ std::vector<std::string> CpuFeatures::names() const {
   add(fma, "fma");
   add(f16c, "f16c");
   add(avx512f, "avx512f");
+  add(avx512cd, "avx512cd");
+  add(avx512dq, "avx512dq");
   add(avx512bw, "avx512bw");
   add(avx512vl, "avx512vl");
   add(avx512_bf16, "avx512_bf16");

@@ -12,11 +12,15 @@ namespace qkv::kernels::cpu {
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
-  bool avx512f = false, avx512bw = false, avx512vl = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512cd = false;
   bool avx512_bf16 = false, avx512_fp16 = false;
   bool amx_tile = false, amx_bf16 = false, amx_fp16 = false;
   // AMX's tile data: the CPU has it, XCR0 enables it and Linux granted the permission.
   bool amx_usable = false;
+  // The vendor and the family CPUID reports (base plus extended family, as /proc/cpuinfo's "cpu
+  // family": 25 for AMD Zen 3 and 4, 26 for Zen 5).
+  bool amd = false;
+  unsigned family = 0;
   // The names (as /proc/cpuinfo spells them) of the features above that are usable.
   std::vector<std::string> names() const;
 };

@@ -10,13 +10,13 @@
 // keeps. Then [num, den - eps] = Fq Sa + (W masked) Va with W = Fq Fk^T, and out = num / den.
 #include "kernels/cpu/linear.hpp"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/blas.hpp"
 #include "kernels/cpu/features.hpp"
 
 namespace qkv::kernels::cpu {
@@ -29,42 +29,10 @@ namespace {
 // avx512_bf16 avx512f), 2026-11-25, ms forward / backward: causal chunk 32 21.5 / 69.5, 64
 // 21.7 / 67.7, 128 26.1 / 80.0, 256 40.9 / 120.0 at T 4096 (the band's products grow with the
 // chunk, the state's do not); the other two, from 64 to 4096, changed no row beyond the noise.
+// (Measured while BLIS still ran its portable kernels on that CPU, kernels/cpu/blas.cpp.)
 constexpr std::int64_t kCausalChunk = 64;
 constexpr std::int64_t kFullChunk = 256;
 constexpr std::int64_t kKeyBlock = 1024;
-
-// Row-major C [M, N] = A B (+ C when accumulate), op(A) [M, K], op(B) [K, N] (transposed when
-// asked), lda, ldb, ldc the row strides as stored.
-void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const float* A,
-          std::int64_t lda, const float* B, std::int64_t ldb, bool accumulate, float* C,
-          std::int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (!accumulate) {
-      for (std::int64_t m = 0; m < M; ++m) std::fill_n(C + m * ldc, N, 0.0f);
-    }
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0f, A,
-              static_cast<int>(lda), B, static_cast<int>(ldb), accumulate ? 1.0f : 0.0f, C,
-              static_cast<int>(ldc));
-}
-void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const double* A,
-          std::int64_t lda, const double* B, std::int64_t ldb, bool accumulate, double* C,
-          std::int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (!accumulate) {
-      for (std::int64_t m = 0; m < M; ++m) std::fill_n(C + m * ldc, N, 0.0);
-    }
-    return;
-  }
-  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0, A,
-              static_cast<int>(lda), B, static_cast<int>(ldb), accumulate ? 1.0 : 0.0, C,
-              static_cast<int>(ldc));
-}
 
 template <class T>
 std::vector<T> buffer(std::int64_t n) {
@@ -112,7 +80,7 @@ struct Item {
     for (std::int64_t j0 = from; j0 < to; j0 += kKeyBlock) {
       const std::int64_t n = std::min(kKeyBlock, to - j0);
       load_keys(p, b, hk, j0, n, Fk.data(), Va.data());
-      gemm(true, false, d.D, Dva, n, Fk.data(), d.D, Va.data(), Dva, true, Sa, Dva);
+      blas_gemm(true, false, d.D, Dva, n, Fk.data(), d.D, Va.data(), Dva, true, Sa, Dva);
     }
   }
 
@@ -125,11 +93,11 @@ struct Item {
       elu_features(p.q.at(b, i0 + r % rows, head(r, rows)), d.D, Fq.data() + r * d.D);
     }
     // numa = Fq Sa + (W masked) Va, W = Fq Fk^T
-    gemm(false, false, R, Dva, d.D, Fq.data(), d.D, Sa, Dva, false, numa.data(), Dva);
+    blas_gemm(false, false, R, Dva, d.D, Fq.data(), d.D, Sa, Dva, false, numa.data(), Dva);
     if (n == 0) return;
-    gemm(false, true, R, n, d.D, Fq.data(), d.D, Fk.data(), d.D, false, W.data(), n);
+    blas_gemm(false, true, R, n, d.D, Fq.data(), d.D, Fk.data(), d.D, false, W.data(), n);
     mask(i0, rows, lo, n, W.data());
-    gemm(false, false, R, Dva, n, W.data(), n, Va.data(), Dva, true, numa.data(), Dva);
+    blas_gemm(false, false, R, Dva, n, W.data(), n, Va.data(), Dva, true, numa.data(), Dva);
   }
 
   // X [R, n]: the band keys row r does not keep set to 0.
@@ -201,8 +169,9 @@ void backward_item(const LinearParams<T>& p, std::int64_t b, std::int64_t hk) {
   // what the later rows give through the state (db_j = dS v_j + dz = dSa [v_j, 1], dv_j = dS^T
   // phi(k_j)), then dk_j = db_j phi'(k_j).
   const auto finish_keys = [&](std::int64_t j0, std::int64_t n) {
-    gemm(false, true, n, d.D, Dva, it.Va.data(), Dva, dSa.data(), Dva, true, dFk.data(), d.D);
-    gemm(false, false, n, d.Dv, d.D, it.Fk.data(), d.D, dSa.data(), Dva, true, dV.data(), d.Dv);
+    blas_gemm(false, true, n, d.D, Dva, it.Va.data(), Dva, dSa.data(), Dva, true, dFk.data(), d.D);
+    blas_gemm(false, false, n, d.Dv, d.D, it.Fk.data(), d.D, dSa.data(), Dva, true, dV.data(),
+              d.Dv);
     for (std::int64_t j = 0; j < n; ++j) {
       elu_feature_grads(p.k.at(b, j0 + j, hk), dFk.data() + j * d.D, d.D, p.dk.at(b, j0 + j, hk));
       std::copy_n(dV.data() + j * d.Dv, d.Dv, p.dv.at(b, j0 + j, hk));
@@ -245,13 +214,13 @@ void backward_item(const LinearParams<T>& p, std::int64_t b, std::int64_t hk) {
     }
     // numa = Fq Sa + W Va, W = Fq Fk^T masked  ->
     //   da = dnuma Sa^T + dW Fk with dW = dnuma Va^T masked; dFk = dW^T Fq; dV = W^T dnum
-    gemm(false, true, R, d.D, Dva, dnuma.data(), Dva, Sa, Dva, false, da.data(), d.D);
+    blas_gemm(false, true, R, d.D, Dva, dnuma.data(), Dva, Sa, Dva, false, da.data(), d.D);
     if (n > 0) {
-      gemm(false, true, R, n, Dva, dnuma.data(), Dva, it.Va.data(), Dva, false, dW.data(), n);
+      blas_gemm(false, true, R, n, Dva, dnuma.data(), Dva, it.Va.data(), Dva, false, dW.data(), n);
       it.mask(i0, rows, lo, n, dW.data());
-      gemm(false, false, R, d.D, n, dW.data(), n, it.Fk.data(), d.D, true, da.data(), d.D);
-      gemm(true, false, n, d.D, R, dW.data(), n, it.Fq.data(), d.D, false, dFk.data(), d.D);
-      gemm(true, false, n, d.Dv, R, it.W.data(), n, dnuma.data(), Dva, false, dV.data(), d.Dv);
+      blas_gemm(false, false, R, d.D, n, dW.data(), n, it.Fk.data(), d.D, true, da.data(), d.D);
+      blas_gemm(true, false, n, d.D, R, dW.data(), n, it.Fq.data(), d.D, false, dFk.data(), d.D);
+      blas_gemm(true, false, n, d.Dv, R, it.W.data(), n, dnuma.data(), Dva, false, dV.data(), d.Dv);
       finish_keys(lo, n);  // with the later rows' dSa, before this chunk's rows join it
     }
     // Fq = phi(q)  ->  dq = da phi'(q)
@@ -260,7 +229,8 @@ void backward_item(const LinearParams<T>& p, std::int64_t b, std::int64_t hk) {
       elu_feature_grads(p.q.at(b, i, h), da.data() + r * d.D, d.D, p.dq.at(b, i, h));
     }
     // This chunk's rows read Sa: dSa += Fq^T dnuma
-    gemm(true, false, d.D, Dva, R, it.Fq.data(), d.D, dnuma.data(), Dva, true, dSa.data(), Dva);
+    blas_gemm(true, false, d.D, Dva, R, it.Fq.data(), d.D, dnuma.data(), Dva, true, dSa.data(),
+              Dva);
     seen_from = std::min(seen_from, lo);
   }
   // Keys [0, seen_from): kept by every row from chunk 0 on, through the states.

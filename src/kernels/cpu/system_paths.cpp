@@ -1,6 +1,7 @@
-// qkv/system.hpp's view of the CPU paths: what kernels/cpu/cpu_features.hpp found and which
-// paths of kernels/cpu/bf16_gemm.hpp it lets run.
+// qkv/system.hpp's view of the CPU paths: what kernels/cpu/cpu_features.hpp found, which paths
+// of kernels/cpu/bf16_gemm.hpp it lets run, and the BLIS kernels kernels/cpu/blas.hpp asked for.
 #include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/blas.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "qkv/system.hpp"
 
@@ -16,6 +17,11 @@ std::vector<std::string> matrix_paths() {
   }
   paths.emplace_back("f32-fma");
   return paths;
+}
+
+std::string blas_kernels() {
+  const std::string& chosen = kernels::cpu::blas_kernels_chosen();
+  return chosen.empty() ? "BLIS's own choice" : chosen;
 }
 
 }  // namespace qkv

@@ -1,0 +1,24 @@
+#pragma once
+
+// Matrix products through BLIS (Debian's libblis), for the autodiff engine and the linear
+// attention kernel, with BLIS's kernels chosen for this CPU where BLIS itself would not.
+
+#include <cstdint>
+#include <string>
+
+namespace qkv::kernels::cpu {
+
+// Row-major C [M, N] = op(A) op(B), plus C when accumulate; op(A) [M, K], op(B) [K, N] (each
+// transposed when asked), lda, ldb, ldc the row strides as stored. K = 0 gives 0 (or leaves C).
+void blas_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
+               const float* A, std::int64_t lda, const float* B, std::int64_t ldb, bool accumulate,
+               float* C, std::int64_t ldc);
+void blas_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
+               const double* A, std::int64_t lda, const double* B, std::int64_t ldb,
+               bool accumulate, double* C, std::int64_t ldc);
+
+// The BLIS kernels qkv asked for on this CPU ("skx", "haswell"), or empty where BLIS's own
+// choice stands (it knows the CPU, or BLIS_ARCH_TYPE was set already).
+const std::string& blas_kernels_chosen();
+
+}  // namespace qkv::kernels::cpu
