@@ -112,14 +112,22 @@ TrainReport train(Translator& model, const std::vector<Example>& examples,
                 targets.begin() + static_cast<std::ptrdiff_t>(b) * target_in.length);
       tokens += static_cast<std::int64_t>(outputs[b].size());
     }
-    // With a time budget the cosine follows the elapsed fraction of it instead of the steps, so
-    // the decay ends when the time does however fast the steps turn out.
+    // With a time budget the cosine follows the elapsed fraction of it, or of the steps where
+    // those run out first, so the decay ends when the run does however fast the steps turn out
+    // (following the time alone, a run that reached its last step at 55% of the budget stopped
+    // at 3/4 of the peak rate: the demo's exact match 98.8% instead of 99.8%).
+    const double step_fraction = options.steps > options.warmup_steps
+                                     ? static_cast<double>(step - options.warmup_steps) /
+                                           static_cast<double>(options.steps - options.warmup_steps)
+                                     : 1.0;
     const double lr =
         options.time_budget > 0 && step >= options.warmup_steps
-            ? options.min_lr + (options.lr - options.min_lr) *
-                                   (1 + std::cos(std::numbers::pi *
-                                                 std::min(1.0, elapsed / options.time_budget))) /
-                                   2
+            ? options.min_lr +
+                  (options.lr - options.min_lr) *
+                      (1 + std::cos(std::numbers::pi *
+                                    std::min(1.0, std::max(elapsed / options.time_budget,
+                                                           step_fraction)))) /
+                      2
             : nn::warmup_cosine_lr(step, options.lr, options.warmup_steps, options.steps,
                                    options.min_lr);
     optimizer.options().lr = lr;
@@ -151,9 +159,11 @@ TrainReport train(Translator& model, const std::vector<Example>& examples,
       p.lr = lr;
       p.elapsed_seconds = report.seconds;
       p.tokens_per_second = static_cast<double>(report.target_tokens) / report.seconds;
-      p.eta_seconds = options.time_budget > 0 ? std::max(0.0, options.time_budget - report.seconds)
-                                              : report.seconds / static_cast<double>(p.step) *
-                                                    static_cast<double>(options.steps - p.step);
+      const double by_steps = report.seconds / static_cast<double>(p.step) *
+                              static_cast<double>(options.steps - p.step);
+      p.eta_seconds = options.time_budget > 0
+                          ? std::min(by_steps, std::max(0.0, options.time_budget - report.seconds))
+                          : by_steps;
       on_step(p);
     }
   }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <numbers>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -232,6 +233,24 @@ TEST(Translator, MixedPrecisionTrainingLearnsTheCopyTask) {
   f64.dtype = DType::f64;
   Translator model(small_config());
   EXPECT_THROW(train(model, copy_task(10, 1), f64), Error);
+}
+
+// With a time budget that the steps run out before, the cosine decay follows the steps: the last
+// step trains at min_lr, not at the rate the elapsed time would give.
+TEST(Translator, TimeBudgetDecayEndsWithTheLastStep) {
+  Translator model(small_config());
+  TrainOptions o;
+  o.steps = 30;
+  o.batch_size = 8;
+  o.warmup_steps = 5;
+  o.time_budget = 1e6;
+  std::vector<double> rates;
+  train(model, copy_task(100, 1), o, [&](const TrainProgress& p) { rates.push_back(p.lr); });
+  ASSERT_EQ(rates.size(), 30u);
+  EXPECT_NEAR(rates[5], o.lr, 1e-12);  // the peak, right after the warm-up
+  EXPECT_NEAR(rates.back(),
+              o.min_lr + (o.lr - o.min_lr) * (1 + std::cos(std::numbers::pi * 24 / 25)) / 2, 1e-12);
+  for (std::size_t s = 6; s < rates.size(); ++s) EXPECT_LT(rates[s], rates[s - 1]);
 }
 
 TEST(Translator, RejectsBadArguments) {

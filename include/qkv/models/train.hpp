@@ -17,7 +17,8 @@ struct Example {
 struct TrainOptions {
   std::int64_t steps = 1000;  // with a time budget, the most steps
   // Seconds; > 0 trains until they are spent (or steps are done), the cosine decay following the
-  // elapsed fraction of the budget: a run fits its time whatever the machine's speed.
+  // elapsed fraction of the budget, or of the steps where they run out first: a run fits its time
+  // whatever the machine's speed, and ends its decay where it ends.
   double time_budget = 0;
   std::int64_t batch_size = 64;  // sentence pairs per step
   double lr = 1e-3;              // peak, after the warm-up
