@@ -56,6 +56,8 @@ __all__ = [
     "attention_weights",
     "cpu_features",
     "get_num_threads",
+    "linear_attention",
+    "linear_attention_backward",
     "masks",
     "matrix_paths",
     "release_cached_memory",
@@ -307,6 +309,48 @@ def attention_weights(q: Array, k: Array, **options: Any) -> Array:
             )
         options.pop(name, None)
     return _bf16_out(q, _qkv.weights(_array(q), _array(k), _options(**options), _is_torch(q)))
+
+
+def _linear_options(
+    feature_map: str = "elu",
+    causal: Optional[str] = None,
+    key_lengths: Optional[Sequence[int]] = None,
+    eps: float = 1e-6,
+    backend: str = "auto",
+) -> tuple:
+    return feature_map, causal, _ints("key_lengths", key_lengths), _number("eps", eps), backend
+
+
+def linear_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    *,
+    feature_map: str = "elu",
+    causal: Optional[str] = None,
+    key_lengths: Optional[Sequence[int]] = None,
+    eps: float = 1e-6,
+    backend: str = "auto",
+) -> Array:
+    """Linear attention (Katharopoulos et al. 2020): q [B, Tq, Hq, D], k [B, Tk, Hk, D],
+    v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv] with out_i = sum_j w_ij v_j / (sum_j w_ij + eps),
+    w_ij = phi(q_i) . phi(k_j), phi = elu + 1 ("elu"), over the keys j < key_lengths[b] that the
+    causal rule keeps (as attention's). float32 or float64; backend "auto" or "cpu" (the chunked
+    kernel, O(T D Dv)) or "reference" (the formula evaluated directly in f64). On torch tensors
+    that require grad, it records qkv's backward in torch's autograd."""
+    options = _linear_options(feature_map, causal, key_lengths, eps, backend)
+    if _needs_grad(q, k, v):
+        import qkv.torch
+
+        return qkv.torch.LinearFunction.apply(q, k, v, options)
+    return _qkv.linear_forward(_array(q), _array(k), _array(v), *options, _is_torch(q))
+
+
+def linear_attention_backward(dout: Array, q: Array, k: Array, v: Array, **options: Any) -> tuple:
+    """dout [B, Tq, Hq, Dv] and linear_attention's q, k, v and keyword options -> (dq, dk, dv);
+    the forward is recomputed (it saves nothing)."""
+    arrays = [_array(x) for x in (dout, q, k, v)]
+    return _qkv.linear_backward(*arrays, *_linear_options(**options), _is_torch(q))
 
 
 def _needs_grad(*arrays: Optional[Array]) -> bool:

@@ -19,7 +19,7 @@ from torch.autograd.function import once_differentiable
 import qkv
 from qkv import _qkv
 
-__all__ = ["AttentionFunction", "FlexFunction", "attention"]
+__all__ = ["AttentionFunction", "FlexFunction", "LinearFunction", "attention", "linear_attention"]
 
 # A graph still alive when Python exits (out = qkv.torch.attention(...) at module level) keeps
 # FlexFunction's block mask and score mod: torch's function nodes and their contexts form a cycle
@@ -70,6 +70,45 @@ class FlexFunction(torch.autograd.Function):
         inputs = (q.detach(), k.detach(), v.detach())
         grads = _qkv.flex_backward(dout, *inputs, out, lse, *ctx.flex, True)
         return (grads[0], grads[1], grads[2], None, None, None, None, *grads[3:])
+
+
+class LinearFunction(torch.autograd.Function):
+    """q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv], options (the tuple
+    qkv._linear_options makes) -> out [B, Tq, Hq, Dv]; gradients flow to q, k and v from qkv's
+    linear_attention_backward, which recomputes the forward."""
+
+    @staticmethod
+    def forward(ctx: Any, q, k, v, options: tuple):
+        out = _qkv.linear_forward(q.detach(), k.detach(), v.detach(), *options, True)
+        ctx.save_for_backward(q, k, v)
+        ctx.options = options
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, dout):
+        q, k, v = ctx.saved_tensors
+        grads = _qkv.linear_backward(
+            dout.contiguous(), q.detach(), k.detach(), v.detach(), *ctx.options, True
+        )
+        return grads[0], grads[1], grads[2], None
+
+
+def linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    feature_map: str = "elu",
+    causal: Optional[str] = None,
+    key_lengths: Optional[Sequence[int]] = None,
+    eps: float = 1e-6,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """qkv.linear_attention on torch tensors, differentiable in q, k and v through
+    torch.autograd -> out [B, Tq, Hq, Dv]."""
+    options = qkv._linear_options(feature_map, causal, key_lengths, eps, backend)
+    return LinearFunction.apply(q, k, v, options)
 
 
 def attention(

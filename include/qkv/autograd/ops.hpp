@@ -8,6 +8,7 @@
 #include "qkv/autograd/var.hpp"
 #include "qkv/block_mask.hpp"
 #include "qkv/flex.hpp"
+#include "qkv/linear_attention.hpp"
 #include "qkv/mod_values.hpp"
 #include "qkv/tensor.hpp"
 
@@ -160,6 +161,12 @@ Var attention_decomposed(const Var& q, const Var& k, const Var& v,
 Var flex_attention(const Var& q, const Var& k, const Var& v, const ScoreMod& score_mod = {},
                    const BlockMask& block_mask = {}, const FlexOptions& options = {},
                    const std::vector<Var>& tables = {});
+
+// --- linear.cpp -----------------------------------------------------------------------------
+// q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv]:
+// qkv::linear_attention (qkv/linear_attention.hpp) as one node whose backward is
+// qkv::linear_attention_backward, which recomputes the forward (the node saves only q, k and v).
+Var linear_attention(const Var& q, const Var& k, const Var& v, const LinearOptions& options = {});
 
 // --- scores.cpp -----------------------------------------------------------------------------
 // Attention score functions, composed ops. q [..., Tq, Dq], k [..., Tk, Dk] -> [..., Tq, Tk].
