@@ -8,6 +8,7 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -130,6 +131,14 @@ inline nb::ndarray<nb::ro> bf16_view(nb::object bits) {
 
 inline nb::object wrap(const qkv::Tensor& t, bool torch) {
   return torch ? wrap_as<nb::pytorch>(t) : wrap_as<nb::numpy>(t);
+}
+
+// None, "top_left" or "bottom_right".
+inline qkv::Causal causal_of(const std::optional<std::string>& name) {
+  if (!name) return qkv::Causal::none;
+  if (*name == "top_left") return qkv::Causal::top_left;
+  if (*name == "bottom_right") return qkv::Causal::bottom_right;
+  throw qkv::Error("causal", "None, 'top_left' or 'bottom_right'", "'" + *name + "'");
 }
 
 // "auto", "cpu" or "reference".

@@ -28,15 +28,7 @@ qkv::LinearOptions linear_options(const std::string& feature_map,
                                   const std::string& backend) {
   qkv::LinearOptions o;
   if (feature_map != "elu") throw qkv::Error("feature_map", "'elu'", "'" + feature_map + "'");
-  if (causal) {
-    if (*causal == "top_left") {
-      o.causal = qkv::Causal::top_left;
-    } else if (*causal == "bottom_right") {
-      o.causal = qkv::Causal::bottom_right;
-    } else {
-      throw qkv::Error("causal", "None, 'top_left' or 'bottom_right'", "'" + *causal + "'");
-    }
-  }
+  o.causal = causal_of(causal);
   o.key_lengths = key_lengths;
   o.eps = eps;
   o.backend = backend_of(backend);

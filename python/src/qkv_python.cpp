@@ -57,15 +57,7 @@ struct Options {
 
   qkv::AttentionOptions to_qkv() const {
     qkv::AttentionOptions o;
-    if (causal) {
-      if (*causal == "top_left") {
-        o.causal = qkv::Causal::top_left;
-      } else if (*causal == "bottom_right") {
-        o.causal = qkv::Causal::bottom_right;
-      } else {
-        throw qkv::Error("causal", "None, 'top_left' or 'bottom_right'", "'" + *causal + "'");
-      }
-    }
+    o.causal = qkv_python::causal_of(causal);
     if (window) o.window = {window->first, window->second};
     o.key_lengths = key_lengths;
     o.query_lengths = query_lengths;
