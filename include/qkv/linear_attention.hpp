@@ -50,4 +50,27 @@ Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v,
 LinearGrads linear_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                       const Tensor& v, const LinearOptions& options = {});
 
+// The recurrent form of causal linear attention, for decoding one token at a time ("Transformers
+// are RNNs"): per (batch, k/v head) the state S = sum_j phi(k_j) v_j^T [D, Dv] and z = sum_j
+// phi(k_j) [D] over the keys so far, O(D Dv) memory and time per step whatever the length. step()
+// gives what linear_attention with Causal::top_left gives the same row of the whole sequence.
+// Kept in f64 (the running sums over long sequences).
+class LinearState {
+ public:
+  // B >= 0 sequences, Hk >= 1 k/v heads, D >= 1 and Dv >= 1 (else qkv::Error); eps as
+  // LinearOptions::eps.
+  LinearState(std::int64_t B, std::int64_t Hk, std::int64_t D, std::int64_t Dv, double eps = 1e-6);
+  // q [B, 1, Hq, D], k [B, 1, Hk, D], v [B, 1, Hk, Dv] (f32 or f64, one dtype, any strides; Hq a
+  // multiple of Hk) -> out [B, 1, Hq, Dv] in q's dtype: adds the key to the state, then attends
+  // q to every key so far. On error the state is unchanged.
+  Tensor step(const Tensor& q, const Tensor& k, const Tensor& v);
+  std::int64_t length() const noexcept { return length_; }  // keys taken so far
+
+ private:
+  std::int64_t B_, Hk_, D_, Dv_;
+  double eps_;
+  std::int64_t length_ = 0;
+  std::vector<double> S_, z_;  // [B, Hk, D, Dv], [B, Hk, D]
+};
+
 }  // namespace qkv

@@ -181,6 +181,32 @@ TEST(Linear, EqualKeysGiveTheirValueAndEmptyRowsGiveZero) {
   for (const double x : zero.dk.to_vector()) EXPECT_EQ(x, 0.0);
 }
 
+// The recurrent form, step by step, gives the rows of the causal parallel form (GQA, f32 and f64,
+// a strided q), and refuses what does not fit its state without changing it.
+TEST(Linear, RecurrentStepsEqualTheCausalForm) {
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    const LinearInputs in = make_inputs({2, 150, 150, 4, 2, 6, 5, Causal::top_left, {}}, dtype, 16);
+    const Tensor whole = linear_attention(in.q, in.k, in.v, in.options);
+    LinearState state(2, 2, 6, 5);
+    for (std::int64_t t = 0; t < 150; ++t) {
+      const Tensor out =
+          state.step(in.q.slice(1, t, t + 1), in.k.slice(1, t, t + 1), in.v.slice(1, t, t + 1));
+      EXPECT_EQ(out.dtype(), dtype);
+      EXPECT_LT(relative_difference(out, whole.slice(1, t, t + 1)),
+                dtype == DType::f64 ? 1e-12 : 2e-5)
+          << t;
+    }
+    EXPECT_EQ(state.length(), 150);
+    const Tensor k1 = in.k.slice(1, 0, 1), v1 = in.v.slice(1, 0, 1);
+    expect_error([&] { state.step(in.q.slice(1, 0, 1).slice(2, 0, 3), k1, v1); }, "q");
+    expect_error([&] { state.step(in.q.slice(1, 0, 1), k1.slice(3, 0, 2), v1); }, "k");
+    expect_error([&] { state.step(in.q.slice(1, 0, 2), k1, v1); }, "q");
+    EXPECT_EQ(state.length(), 150);
+  }
+  expect_error([] { LinearState(1, 0, 4, 4); }, "Hk");
+  expect_error([] { LinearState(1, 1, 4, 4, 0.0); }, "eps");
+}
+
 TEST(Linear, RefusesBadArguments) {
   const LinearInputs in = make_inputs({1, 4, 4, 2, 2, 4, 4, Causal::none, {}}, DType::f32, 14);
   expect_error([&] { linear_attention(in.q.to(DType::bf16), in.k, in.v); }, "q");
