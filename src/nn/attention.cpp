@@ -44,6 +44,14 @@ MultiheadAttentionConfig resolved(MultiheadAttentionConfig c) {
   if (c.position == PositionEncoding::rope && (c.embed_dim / c.num_heads) % 2 != 0) {
     throw Error("num_heads", "an even head dim for RoPE", str(c.embed_dim / c.num_heads));
   }
+  if (c.kind == AttentionKind::linear && c.dropout != 0) {
+    throw Error("dropout", "0 with AttentionKind::linear (it has no weights to drop)",
+                std::to_string(c.dropout));
+  }
+  if (c.kind == AttentionKind::linear && c.position == PositionEncoding::alibi) {
+    throw Error("position", "none or rope with AttentionKind::linear (ALiBi biases scores)",
+                "alibi");
+  }
   return c;
 }
 
@@ -62,10 +70,10 @@ void check_input(const char* name, const Var& x, std::int64_t batch, std::int64_
 }
 
 // A call with mods has no place for the tensor masks, the learned bias or the weights.
-void expect_no_tensor_masks(const AttentionCall& call) {
-  const auto refuse = [](const char* name, const std::string& got) {
-    throw Error(name, "none with mask_mod or score_mod (flex_attention takes mods, not tensors)",
-                got);
+// what: why they are refused ("with mask_mod or score_mod (...)").
+void expect_no_tensor_masks(const AttentionCall& call, const std::string& what) {
+  const auto refuse = [&](const char* name, const std::string& got) {
+    throw Error(name, "none " + what, got);
   };
   if (call.key_padding_mask.defined()) {
     refuse("key_padding_mask", "a tensor " + shape_string(call.key_padding_mask.shape()));
@@ -266,7 +274,21 @@ AttentionResult MultiheadAttention::attend(const Var& q, const Var& k, const Var
     throw Error("v", "length " + str(k.size(1)) + " (from k)", str(v.size(1)));
   }
   const bool flex = call.mask_mod.has_value() || call.score_mod.has_value();
-  if (flex) expect_no_tensor_masks(call);
+  if (flex) {
+    expect_no_tensor_masks(call,
+                           "with mask_mod or score_mod (flex_attention takes mods, not tensors)");
+  }
+  if (config_.kind == AttentionKind::linear) {
+    const std::string why = "with AttentionKind::linear (is_causal and key_lengths only)";
+    expect_no_tensor_masks(call, why);
+    if (flex) throw Error("mask_mod", "none " + why, "a mod");
+    LinearOptions linear;
+    linear.causal = call.is_causal ? Causal::top_left : Causal::none;
+    linear.key_lengths = call.key_lengths;
+    AttentionResult result;
+    result.out = out_proj_(ag::merge_heads(ag::linear_attention(q, k, v, linear)));
+    return result;
+  }
   const std::int64_t B = q.size(0), Tq = q.size(1), Tk = k.size(1);
   AttentionOptions options = attention_options(call, B, Hq, Tq, Tk, config_.dtype);
   if (config_.position == PositionEncoding::alibi) options.alibi_slopes = alibi_slopes(Hq);

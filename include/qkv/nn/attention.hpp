@@ -14,6 +14,11 @@ namespace qkv::nn {
 
 enum class PositionEncoding : std::uint8_t { none, rope, alibi };
 
+// softmax: scaled dot-product attention (the fused kernel). linear: linear attention with phi =
+// elu + 1 (qkv/linear_attention.hpp), causal with is_causal, padded with key_lengths; it has no
+// weights, so no dropout, ALiBi, tensor masks, position_bias, mods or need_weights.
+enum class AttentionKind : std::uint8_t { softmax, linear };
+
 struct MultiheadAttentionConfig {
   std::int64_t embed_dim = 0;
   std::int64_t num_heads = 1;
@@ -25,6 +30,7 @@ struct MultiheadAttentionConfig {
   PositionEncoding position = PositionEncoding::none;
   double rope_base = 10000.0;
   DType dtype = DType::f32;
+  AttentionKind kind = AttentionKind::softmax;
 };
 
 struct AttentionCall {
