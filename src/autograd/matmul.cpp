@@ -70,7 +70,11 @@ Var matmul_blas(const Var& a, const Var& b) {
                                          ? b_value.reshape({K, N}).to(compute).contiguous()
                                          : kernels::broadcast_to(b_value.to(compute), b_full)};
   };
-  const auto [av, bv] = operands(a.value(), b.value());
+  // Named Tensors, not a structured binding: the lambdas below capture them (clang 14 cannot
+  // capture a binding).
+  const std::pair<Tensor, Tensor> forward_operands = operands(a.value(), b.value());
+  const Tensor& av = forward_operands.first;
+  const Tensor& bv = forward_operands.second;
   Tensor out = Tensor::empty(out_shape, compute);
   kernels::dispatch(compute, [&](auto zero) {
     using T = decltype(zero);
@@ -92,7 +96,10 @@ Var matmul_blas(const Var& a, const Var& b) {
   // f64 operands as the gemm read them.
   const Tensor saved_a = half ? a.value() : av, saved_b = half ? b.value() : bv;
   return detail::record(half ? out.to(dtype) : std::move(out), {&a, &b}, [=](const Tensor& dout) {
-    const auto [av, bv] = half ? operands(saved_a, saved_b) : std::pair{saved_a, saved_b};
+    const std::pair<Tensor, Tensor> backward_operands =
+        half ? operands(saved_a, saved_b) : std::pair{saved_a, saved_b};
+    const Tensor& av = backward_operands.first;
+    const Tensor& bv = backward_operands.second;
     const Tensor g = dout.to(compute).contiguous();
     Tensor da = Tensor::empty(a_full, compute);
     Tensor db = Tensor::empty(shared_b ? Shape{K, N} : b_full, compute);
