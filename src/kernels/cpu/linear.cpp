@@ -25,12 +25,14 @@ namespace {
 // Queries per chunk under a causal mask, so also the widest band of keys weighted one by one;
 // without one, queries per product with the state (there is no band); and keys per product when
 // the state takes in keys outside any band (all of them without a causal mask), and per product
-// of those keys' gradients. B 1, H 8, D 64, T 4096 and 16384, 2 threads of an AMD EPYC (avx2
-// avx512_bf16 avx512f), 2026-11-25, ms forward / backward: causal chunk 32 21.5 / 69.5, 64
-// 21.7 / 67.7, 128 26.1 / 80.0, 256 40.9 / 120.0 at T 4096 (the band's products grow with the
-// chunk, the state's do not); the other two, from 64 to 4096, changed no row beyond the noise.
-// (Measured while BLIS still ran its portable kernels on that CPU, kernels/cpu/blas.cpp.)
-constexpr std::int64_t kCausalChunk = 64;
+// of those keys' gradients. B 1, H 8, D 64, 2 threads of an AMD EPYC (avx2 avx512_bf16 avx512f),
+// BLIS on its Skylake-X kernels, 2026-11-25, two alternated runs, ms forward / backward. Causal
+// chunk 32: T 4096 13.3-14.0 / 45.5-46.2, T 16384 68.8-72.6 / 203-211; 64: 10.6 / 36.2-38.7,
+// 59.8-60.8 / 165-169; 128: 10.4-10.7 / 34.5-35.1, 56.6-58.4 / 156-162 (the band's products grow
+// with the chunk, the per-chunk overheads shrink). Without a mask, T 4096 / 16384 forward: 64
+// rows and 256 keys 5.5-6.0 / 36.9-39.5; 256 and 1024 4.4-5.0 / 34.7-35.7; 1024 and 4096 4.3-4.7
+// / 33.1-35.4.
+constexpr std::int64_t kCausalChunk = 128;
 constexpr std::int64_t kFullChunk = 256;
 constexpr std::int64_t kKeyBlock = 1024;
 
