@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_features.hpp"
 
@@ -37,36 +38,45 @@ const std::string kChosen = choose_kernels();
 
 const std::string& blas_kernels_chosen() { return kChosen; }
 
-void blas_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
-               const float* A, std::int64_t lda, const float* B, std::int64_t ldb, bool accumulate,
-               float* C, std::int64_t ldc) {
+namespace {
+
+// blas_gemm for T = float (cblas_sgemm) or double (cblas_dgemm).
+template <class T>
+void gemm_of(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
+             const T* A, std::int64_t lda, const T* B, std::int64_t ldb, bool accumulate, T* C,
+             std::int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     if (!accumulate) {
-      for (std::int64_t m = 0; m < M; ++m) std::fill_n(C + m * ldc, N, 0.0f);
+      for (std::int64_t m = 0; m < M; ++m) std::fill_n(C + m * ldc, N, T(0));
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
-              static_cast<int>(K), 1.0f, A, static_cast<int>(lda), B, static_cast<int>(ldb),
-              accumulate ? 1.0f : 0.0f, C, static_cast<int>(ldc));
+  const auto gemm = [] {
+    if constexpr (std::is_same_v<T, float>) {
+      return &cblas_sgemm;
+    } else {
+      return &cblas_dgemm;
+    }
+  }();
+  gemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+       transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
+       static_cast<int>(K), T(1), A, static_cast<int>(lda), B, static_cast<int>(ldb),
+       accumulate ? T(1) : T(0), C, static_cast<int>(ldc));
+}
+
+}  // namespace
+
+void blas_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
+               const float* A, std::int64_t lda, const float* B, std::int64_t ldb, bool accumulate,
+               float* C, std::int64_t ldc) {
+  gemm_of(transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
 }
 
 void blas_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
                const double* A, std::int64_t lda, const double* B, std::int64_t ldb,
                bool accumulate, double* C, std::int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (!accumulate) {
-      for (std::int64_t m = 0; m < M; ++m) std::fill_n(C + m * ldc, N, 0.0);
-    }
-    return;
-  }
-  cblas_dgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-              transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
-              static_cast<int>(K), 1.0, A, static_cast<int>(lda), B, static_cast<int>(ldb),
-              accumulate ? 1.0 : 0.0, C, static_cast<int>(ldc));
+  gemm_of(transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
 }
 
 }  // namespace qkv::kernels::cpu
