@@ -56,6 +56,8 @@ __all__ = [
     "attention_weights",
     "cpu_features",
     "get_num_threads",
+    "LinearState",
+    "favor_features",
     "linear_attention",
     "linear_attention_backward",
     "masks",
@@ -311,14 +313,89 @@ def attention_weights(q: Array, k: Array, **options: Any) -> Array:
     return _bf16_out(q, _qkv.weights(_array(q), _array(k), _options(**options), _is_torch(q)))
 
 
+def _feature_options(
+    feature_map: str = "elu",
+    num_features: Optional[int] = None,
+    seed: int = 0,
+    scale: Optional[float] = None,
+    eps: float = 1e-6,
+) -> tuple:
+    if num_features is None:
+        features = 0
+    else:
+        try:
+            features = operator.index(num_features)
+        except TypeError:
+            features = None
+        if features is None or features < 1:
+            raise ValueError(f"num_features: expected None or an integer >= 1, got {num_features!r}")
+    return (
+        feature_map,
+        features,
+        _uint64("seed", seed),
+        None if scale is None else _number("scale", scale),
+        _number("eps", eps),
+    )
+
+
 def _linear_options(
     feature_map: str = "elu",
+    num_features: Optional[int] = None,
     causal: Optional[str] = None,
     key_lengths: Optional[Sequence[int]] = None,
+    seed: int = 0,
+    scale: Optional[float] = None,
     eps: float = 1e-6,
     backend: str = "auto",
 ) -> tuple:
-    return feature_map, causal, _ints("key_lengths", key_lengths), _number("eps", eps), backend
+    # The positional tail of _qkv.linear_forward and linear_backward.
+    feature_map, features, seed, scale, eps = _feature_options(
+        feature_map, num_features, seed, scale, eps
+    )
+    return (feature_map, features, seed, scale, causal, _ints("key_lengths", key_lengths), eps, backend)
+
+
+def favor_features(D: int, num_features: int, seed: int = 0) -> Any:
+    """FAVOR+'s random features [num_features, D] (float64 numpy) for head size D, as
+    linear_attention(feature_map="favor", seed=seed) draws them (before sqrt(scale)): blocks of D
+    orthogonal rows, each scaled to the length of a Gaussian vector."""
+    return _qkv.favor_features(D, num_features, _uint64("seed", seed))
+
+
+class LinearState:
+    """Causal linear attention one token at a time (qkv::LinearState): per sequence and k/v head
+    the state S = sum_j phi(k_j) v_j^T and z = sum_j phi(k_j) over the keys so far, in float64,
+    O(F Dv) per step whatever the length. step(q [B, 1, Hq, D], k [B, 1, Hk, D],
+    v [B, 1, Hk, Dv]) adds the key, then attends q to every key so far -> out [B, 1, Hq, Dv] (the
+    row linear_attention with causal="top_left" gives); append(k [B, T, Hk, D], v) adds T keys
+    without attending. Feature options as linear_attention's."""
+
+    def __init__(
+        self,
+        B: int,
+        Hk: int,
+        D: int,
+        Dv: int,
+        *,
+        feature_map: str = "elu",
+        num_features: Optional[int] = None,
+        seed: int = 0,
+        scale: Optional[float] = None,
+        eps: float = 1e-6,
+    ) -> None:
+        options = _feature_options(feature_map, num_features, seed, scale, eps)
+        self._state = _qkv.LinearState(B, Hk, D, Dv, *options)
+
+    def step(self, q: Array, k: Array, v: Array) -> Array:
+        return self._state.step(_array(q), _array(k), _array(v), _is_torch(q))
+
+    def append(self, k: Array, v: Array) -> None:
+        self._state.append(_array(k), _array(v))
+
+    @property
+    def length(self) -> int:
+        """Keys taken so far."""
+        return self._state.length
 
 
 def linear_attention(
@@ -327,23 +404,49 @@ def linear_attention(
     v: Array,
     *,
     feature_map: str = "elu",
+    num_features: Optional[int] = None,
     causal: Optional[str] = None,
     key_lengths: Optional[Sequence[int]] = None,
+    seed: int = 0,
+    scale: Optional[float] = None,
     eps: float = 1e-6,
     backend: str = "auto",
-) -> Array:
-    """Linear attention (Katharopoulos et al. 2020): q [B, Tq, Hq, D], k [B, Tk, Hk, D],
-    v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv] with out_i = sum_j w_ij v_j / (sum_j w_ij + eps),
-    w_ij = phi(q_i) . phi(k_j), phi = elu + 1 ("elu"), over the keys j < key_lengths[b] that the
-    causal rule keeps (as attention's). float32 or float64; backend "auto" or "cpu" (the chunked
-    kernel, O(T D Dv)) or "reference" (the formula evaluated directly in f64). On torch tensors
-    that require grad, it records qkv's backward in torch's autograd."""
-    options = _linear_options(feature_map, causal, key_lengths, eps, backend)
+    return_state: bool = False,
+) -> Any:
+    """Linear attention: q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] ->
+    out [B, Tq, Hq, Dv] with out_i = sum_j w_ij v_j / (sum_j w_ij + eps), w_ij = phi(q_i) . phi(k_j),
+    over the keys j < key_lengths[b] that the causal rule keeps (as attention's). Feature maps:
+    "elu", phi = elu + 1 (Katharopoulos et al. 2020); "favor", Performer's FAVOR+ (Choromanski
+    et al. 2021): num_features positive orthogonal random features (None: int(D ln D)) drawn from
+    seed, whose products estimate softmax attention's exp(scale q . k) (scale None: 1/sqrt(D)),
+    with Performer's stabilizers. float32 or float64; backend "auto" or "cpu" (the chunked kernel,
+    O(T F Dv)) or "reference" (the formula evaluated directly in f64). On torch tensors that
+    require grad, it records qkv's backward in torch's autograd. return_state: also a LinearState
+    holding every key (no key_lengths), to go on decoding -> (out, state)."""
+    options = _linear_options(
+        feature_map, num_features, causal, key_lengths, seed, scale, eps, backend
+    )
+    if return_state and key_lengths is not None:
+        raise ValueError(
+            "return_state: expected no key_lengths (one state holds the same keys for every "
+            f"batch), got {key_lengths!r}"
+        )
     if _needs_grad(q, k, v):
         import qkv.torch
 
-        return qkv.torch.LinearFunction.apply(q, k, v, options)
-    return _qkv.linear_forward(_array(q), _array(k), _array(v), *options, _is_torch(q))
+        out = qkv.torch.LinearFunction.apply(q, k, v, options)
+    else:
+        out = _qkv.linear_forward(_array(q), _array(k), _array(v), *options, _is_torch(q))
+    if not return_state:
+        return out
+    kd, vd = (x.detach() if _is_torch(x) else x for x in (k, v))
+    B, _, Hk, D = kd.shape
+    state = LinearState(
+        B, Hk, D, vd.shape[3], feature_map=feature_map, num_features=num_features, seed=seed,
+        scale=scale, eps=eps,
+    )
+    state.append(kd, vd)
+    return out, state
 
 
 def linear_attention_backward(dout: Array, q: Array, k: Array, v: Array, **options: Any) -> tuple:

@@ -100,14 +100,19 @@ def linear_attention(
     v: torch.Tensor,
     *,
     feature_map: str = "elu",
+    num_features: Optional[int] = None,
     causal: Optional[str] = None,
     key_lengths: Optional[Sequence[int]] = None,
+    seed: int = 0,
+    scale: Optional[float] = None,
     eps: float = 1e-6,
     backend: str = "auto",
 ) -> torch.Tensor:
     """qkv.linear_attention on torch tensors, differentiable in q, k and v through
     torch.autograd -> out [B, Tq, Hq, Dv]."""
-    options = qkv._linear_options(feature_map, causal, key_lengths, eps, backend)
+    options = qkv._linear_options(
+        feature_map, num_features, causal, key_lengths, seed, scale, eps, backend
+    )
     return LinearFunction.apply(q, k, v, options)
 
 

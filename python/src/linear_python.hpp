@@ -4,7 +4,8 @@
 
 namespace qkv_python {
 
-// Adds to qkv._qkv linear attention's forward and backward (qkv/linear_attention.hpp).
+// Adds to qkv._qkv linear attention's forward and backward and its recurrent state
+// (qkv/linear_attention.hpp).
 void bind_linear(nanobind::module_& m);
 
 }  // namespace qkv_python

@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "attention/common.hpp"
+#include "attention/linear_features.hpp"
 #include "attention/run.hpp"
 #include "attention/validate.hpp"
 #include "core/thread_budget.hpp"
@@ -28,23 +30,33 @@ kernels::Dims validate_linear(const Tensor& q, const Tensor& k, const Tensor& v,
     throw Error("q", "dtype f32 or f64 (convert bf16 and f16 to f32 first)",
                 std::string(dtype_name(q.dtype())));
   }
-  if (options.feature_map != FeatureMap::elu) {
-    throw Error("options.feature_map", "FeatureMap::elu",
-                std::to_string(static_cast<int>(options.feature_map)));
-  }
-  if (!(options.eps > 0) || !attention::finite_in_compute(options.eps, q.dtype())) {
-    throw Error("options.eps", attention::finite_for(q.dtype(), "a finite number > 0"),
-                attention::num(options.eps));
-  }
+  attention::validate_feature_options(options, q.dtype());
   return d;
 }
 
-// The kernels' params over the readable tensors (kept alive by the caller).
+// The feature map's tables in the kernels' dtype: favor's scaled features [F, D].
+template <class T>
+struct FeatureTable {
+  std::vector<T> omega;
+  FeatureTable(const kernels::Dims& d, const LinearOptions& options) {
+    if (options.feature_map != FeatureMap::favor) return;
+    const std::vector<double> w = attention::scaled_favor_features(options, d.D);
+    omega.assign(w.begin(), w.end());
+  }
+};
+
+// The kernels' params over the readable tensors and the feature table (kept alive by the
+// caller).
 template <class T>
 kernels::LinearParams<T> params_of(const kernels::Dims& d, const Tensor& q, const Tensor& k,
-                                   const Tensor& v, const LinearOptions& options) {
+                                   const Tensor& v, const LinearOptions& options,
+                                   const FeatureTable<T>& table) {
   kernels::LinearParams<T> p;
   p.dims = d;
+  p.feature_map = options.feature_map;
+  p.F = linear_feature_count(options, d.D);
+  p.omega = table.omega.data();
+  p.scale = static_cast<T>(attention::favor_scale(options, d.D));
   p.q = attention::rows_of<const T>(q);
   p.k = attention::rows_of<const T>(k);
   p.v = attention::rows_of<const T>(v);
@@ -61,7 +73,8 @@ Tensor forward_in(const kernels::Dims& d, const Tensor& q, const Tensor& k, cons
   const Tensor qr = attention::readable<T>(q), kr = attention::readable<T>(k),
                vr = attention::readable<T>(v);
   Tensor out = Tensor::empty({d.B, d.Tq, d.Hq, d.Dv}, attention::dtype_of<T>());
-  kernels::LinearParams<T> p = params_of<T>(d, qr, kr, vr, options);
+  const FeatureTable<T> table(d, options);
+  kernels::LinearParams<T> p = params_of<T>(d, qr, kr, vr, options, table);
   p.out = attention::rows_of<T>(out);
   const detail::ThreadShare threads(num_threads());  // this call's share (qkv/system.hpp)
   if constexpr (std::is_same_v<T, double>) {
@@ -84,7 +97,8 @@ LinearGrads backward_in(const kernels::Dims& d, const Tensor& dout, const Tensor
   LinearGrads g{Tensor::empty({d.B, d.Tq, d.Hq, d.D}, dtype),
                 Tensor::empty({d.B, d.Tk, d.Hk, d.D}, dtype),
                 Tensor::empty({d.B, d.Tk, d.Hk, d.Dv}, dtype)};
-  kernels::LinearParams<T> p = params_of<T>(d, qr, kr, vr, options);
+  const FeatureTable<T> table(d, options);
+  kernels::LinearParams<T> p = params_of<T>(d, qr, kr, vr, options, table);
   p.dout = attention::rows_of<const T>(dr);
   p.dq = attention::rows_of<T>(g.dq);
   p.dk = attention::rows_of<T>(g.dk);

@@ -1,7 +1,8 @@
 #pragma once
 
 // Linear attention as its kernels see it (qkv/linear_attention.hpp): strided q, k, v, out and
-// their gradients, the key lengths, the causal rule and eps, and the feature map elu(x) + 1.
+// their gradients, the key lengths, the causal rule and eps, and the feature map: elu(x) + 1, or
+// FAVOR+'s random features.
 
 #include <algorithm>
 #include <cmath>
@@ -9,12 +10,17 @@
 
 #include "kernels/params.hpp"
 #include "qkv/attention.hpp"
+#include "qkv/linear_attention.hpp"
 
 namespace qkv::kernels {
 
 template <class T>
 struct LinearParams {
-  Dims dims;  // D is also F, the number of features
+  Dims dims;
+  FeatureMap feature_map = FeatureMap::elu;
+  std::int64_t F = 0;        // features: D under elu
+  const T* omega = nullptr;  // favor: [F, D] the random features times sqrt(scale), row-major
+  T scale = T(1);            // favor: the softmax scale s
   Rows<const T> q, k, v;
   Rows<T> out;  // the forward writes it
   Rows<const T> dout;

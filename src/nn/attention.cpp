@@ -283,6 +283,9 @@ AttentionResult MultiheadAttention::attend(const Var& q, const Var& k, const Var
     expect_no_tensor_masks(call, why);
     if (flex) throw Error("mask_mod", "none " + why, "a mod");
     LinearOptions linear;
+    linear.feature_map = config_.feature_map;
+    linear.num_features = config_.num_features;
+    linear.seed = config_.feature_seed;
     linear.causal = call.is_causal ? Causal::top_left : Causal::none;
     linear.key_lengths = call.key_lengths;
     AttentionResult result;

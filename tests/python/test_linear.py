@@ -1,5 +1,6 @@
 """qkv.linear_attention against the formula written in numpy and in torch (whose autograd gives
-the reference gradients), causal rules, key lengths and GQA; the torch autograd path; errors."""
+the reference gradients), causal rules, key lengths and GQA, for elu + 1 and FAVOR+; the torch
+autograd path; the recurrent state after a prompt; errors."""
 
 import numpy as np
 import pytest
@@ -96,10 +97,112 @@ def test_torch_autograd_matches_torchs_own_gradients(causal):
         torch.testing.assert_close(g, h, rtol=0, atol=0)
 
 
+def _favor_formula(q, k, v, omega, causal, scale, eps=1e-6):
+    # FAVOR+ as qkv/linear_attention.hpp defines it, in numpy float64: phi(q)_f =
+    # exp(w_f . x - max_f w_f . x) / sqrt(F), phi_i(k)_f = exp(w_f . y - |y|^2 / 2 - m_i) / sqrt(F)
+    # with x = sqrt(s) q, y = sqrt(s) k and m_i the largest key logit over row i's keys.
+    B, Tq, Hq, D = q.shape
+    Tk, Hk = k.shape[1], k.shape[2]
+    F = omega.shape[0]
+    out = np.zeros((B, Tq, Hq, v.shape[3]))
+    for b in range(B):
+        for h in range(Hq):
+            hk = h // (Hq // Hk)
+            y = np.sqrt(scale) * k[b, :, hk]
+            ku = y @ omega.T - (y * y).sum(-1, keepdims=True) / 2  # [Tk, F]
+            for i in range(Tq):
+                kept = Tk if causal is None else i + 1
+                xu = np.sqrt(scale) * q[b, i, h] @ omega.T
+                a = np.exp(xu - xu.max()) / np.sqrt(F)
+                m = ku[:kept].max()
+                f = np.exp(ku[:kept] - m) / np.sqrt(F)
+                w = f @ a
+                out[b, i, h] = w @ v[b, :kept, hk] / (w.sum() + eps)
+    return out
+
+
+@pytest.mark.parametrize("causal", [None, "top_left"])
+def test_favor_matches_the_formula_and_estimates_softmax(causal):
+    rng = np.random.default_rng(3)
+    q, k, v = (0.5 * rng.standard_normal((2, 40, h, 8)) for h in (4, 2, 2))
+    omega = qkv.favor_features(8, 24, seed=5)
+    assert omega.shape == (24, 8)
+    want = _favor_formula(q, k, v, omega, causal, 8 ** -0.5)
+    got = qkv.linear_attention(q, k, v, feature_map="favor", num_features=24, seed=5, causal=causal)
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
+    other = qkv.linear_attention(q, k, v, feature_map="favor", num_features=24, seed=6, causal=causal)
+    assert np.abs(other - got).max() > 1e-3  # another seed, other features
+    # Many features: close to softmax attention with the same scale.
+    many = qkv.linear_attention(q, k, v, feature_map="favor", num_features=4096, causal=causal)
+    qt, kt, vt = (torch.from_numpy(x).transpose(1, 2) for x in (q, k, v))
+    exact = torch.nn.functional.scaled_dot_product_attention(
+        qt, kt.repeat_interleave(2, 1), vt.repeat_interleave(2, 1), is_causal=causal is not None
+    ).transpose(1, 2).numpy()
+    assert np.linalg.norm(many - exact) / np.linalg.norm(exact) < 0.05
+
+
+def test_favor_torch_gradients_match_torchs_with_the_stabilizers_held_constant():
+    torch.manual_seed(4)
+    q, k, v = (
+        (0.5 * torch.randn(1, 30, h, 6, dtype=torch.float64)).requires_grad_() for h in (2, 1, 1)
+    )
+    dout = torch.randn(1, 30, 2, 6, dtype=torch.float64)
+    out = qkv.torch.linear_attention(q, k, v, feature_map="favor", num_features=10, causal="top_left")
+    (out * dout).sum().backward()
+    got = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    omega = torch.from_numpy(qkv.favor_features(6, 10))
+    xu = (q * 6 ** -0.25) @ omega.T  # [1, 30, 2, 10]
+    a = torch.exp(xu - xu.amax(-1, keepdim=True).detach()) / 10 ** 0.5
+    y = k * 6 ** -0.25
+    ku = y @ omega.T - (y * y).sum(-1, keepdim=True) / 2  # [1, 30, 1, 10]
+    m = ku.amax(-1).cummax(1).values.detach()  # [1, 30, 1]: row i's shift over keys j <= i
+    f = torch.exp(ku.unsqueeze(1) - m[:, :, None, :, None]) / 10 ** 0.5  # [1, i, j, 1, 10]
+    w = torch.einsum("bihf,bijhf->bhij", a, f.expand(-1, -1, -1, 2, -1))
+    w = w * torch.ones(30, 30, dtype=torch.float64).tril()
+    want = torch.einsum("bhij,bjhe->bihe", w, v.expand(-1, -1, 2, -1))
+    want = want / (w.sum(-1).transpose(1, 2).unsqueeze(-1) + 1e-6)
+    (want * dout).sum().backward()
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)
+    for g, x in zip(got, (q, k, v)):
+        torch.testing.assert_close(g, x.grad, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("feature_map", ["elu", "favor"])
+def test_return_state_goes_on_decoding(feature_map):
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, 50, h, 4)) for h in (2, 1, 1))
+    whole = qkv.linear_attention(q, k, v, feature_map=feature_map, causal="top_left")
+    prefix, state = qkv.linear_attention(
+        q[:, :30], k[:, :30], v[:, :30], feature_map=feature_map, causal="top_left",
+        return_state=True,
+    )
+    np.testing.assert_allclose(prefix, whole[:, :30], rtol=1e-12, atol=1e-12)
+    assert state.length == 30
+    for t in range(30, 50):
+        row = state.step(q[:, t : t + 1], k[:, t : t + 1], v[:, t : t + 1])
+        np.testing.assert_allclose(row, whole[:, t : t + 1], rtol=1e-11, atol=1e-11)
+    assert state.length == 50
+    fresh = qkv.LinearState(2, 1, 4, 4, feature_map=feature_map)
+    first = fresh.step(q[:, :1], k[:, :1], v[:, :1])
+    np.testing.assert_allclose(first, whole[:, :1], rtol=1e-12, atol=1e-12)
+
+
 def test_refuses_bad_arguments():
     q = np.zeros((1, 3, 2, 4))
     with pytest.raises(ValueError, match="feature_map"):
-        qkv.linear_attention(q, q, q, feature_map="favor")
+        qkv.linear_attention(q, q, q, feature_map="performer")
+    with pytest.raises(ValueError, match="num_features"):
+        qkv.linear_attention(q, q, q, feature_map="favor", num_features=0)
+    with pytest.raises(ValueError, match="num_features"):
+        qkv.linear_attention(q, q, q, num_features=8)  # elu has D features
+    with pytest.raises(ValueError, match="scale"):
+        qkv.linear_attention(q, q, q, feature_map="favor", scale=-1.0)
+    with pytest.raises(ValueError, match="seed"):
+        qkv.linear_attention(q, q, q, feature_map="favor", seed=-1)
+    with pytest.raises(ValueError, match="return_state"):
+        qkv.linear_attention(q, q, q, key_lengths=[3], return_state=True)
     with pytest.raises(ValueError, match="causal"):
         qkv.linear_attention(q, q, q, causal="diagonal")
     with pytest.raises(ValueError, match="eps"):

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "qkv/attention.hpp"
+#include "qkv/linear_attention.hpp"
 #include "qkv/mod_values.hpp"
 #include "qkv/nn/layers.hpp"
 #include "qkv/nn/module.hpp"
@@ -14,8 +15,9 @@ namespace qkv::nn {
 
 enum class PositionEncoding : std::uint8_t { none, rope, alibi };
 
-// softmax: scaled dot-product attention (the fused kernel). linear: linear attention with phi =
-// elu + 1 (qkv/linear_attention.hpp), causal with is_causal, padded with key_lengths; it has no
+// softmax: scaled dot-product attention (the fused kernel). linear: linear attention
+// (qkv/linear_attention.hpp) with the config's feature map (elu + 1, or FAVOR+ estimating softmax
+// attention with its default scale), causal with is_causal, padded with key_lengths; it has no
 // weights, so no dropout, ALiBi, tensor masks, position_bias, mods or need_weights.
 enum class AttentionKind : std::uint8_t { softmax, linear };
 
@@ -31,6 +33,11 @@ struct MultiheadAttentionConfig {
   double rope_base = 10000.0;
   DType dtype = DType::f32;
   AttentionKind kind = AttentionKind::softmax;
+  // AttentionKind::linear: LinearOptions' feature_map, num_features and seed (the features'
+  // first draw; redraw_features draws others).
+  FeatureMap feature_map = FeatureMap::elu;
+  std::int64_t num_features = 0;
+  std::uint64_t feature_seed = 0;
 };
 
 struct AttentionCall {
@@ -90,6 +97,9 @@ class MultiheadAttention : public Module {
   // q [B, Tq, Hq, D], k and v [B, Tk, Hk, D] (any strides) -> out [B, Tq, E]
   AttentionResult attend(const Var& q, const Var& k, const Var& v, const AttentionCall& call = {});
   const MultiheadAttentionConfig& config() const noexcept { return config_; }
+  // AttentionKind::linear with FeatureMap::favor: the random features of this seed from now on
+  // (Performer redraws them every so many steps in training).
+  void redraw_features(std::uint64_t seed) noexcept { config_.feature_seed = seed; }
 
  private:
   MultiheadAttentionConfig config_;

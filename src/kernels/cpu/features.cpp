@@ -60,6 +60,13 @@ void feature_grads(const T* x, const T* g, std::int64_t n, T* out) {
   map_rows(x, g, n, out, [](auto d, auto v, auto gv) { return feature_grad(d, v, gv); });
 }
 
+template <class T>
+void exp_shifted(const T* u, std::int64_t n, T shift, T factor, T* f) {
+  map_rows(u, static_cast<const T*>(nullptr), n, f, [shift, factor](auto d, auto v, auto) {
+    return hn::Mul(hn::Set(d, factor), exp_nonpositive(d, hn::Sub(v, hn::Set(d, shift))));
+  });
+}
+
 void FeaturesF32(const float* x, std::int64_t n, float* f) { features(x, n, f); }
 void FeaturesF64(const double* x, std::int64_t n, double* f) { features(x, n, f); }
 void FeatureGradsF32(const float* x, const float* g, std::int64_t n, float* out) {
@@ -67,6 +74,13 @@ void FeatureGradsF32(const float* x, const float* g, std::int64_t n, float* out)
 }
 void FeatureGradsF64(const double* x, const double* g, std::int64_t n, double* out) {
   feature_grads(x, g, n, out);
+}
+
+void ExpFeaturesF32(const float* u, std::int64_t n, float shift, float factor, float* f) {
+  exp_shifted(u, n, shift, factor, f);
+}
+void ExpFeaturesF64(const double* u, std::int64_t n, double shift, double factor, double* f) {
+  exp_shifted(u, n, shift, factor, f);
 }
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE
@@ -79,6 +93,8 @@ HWY_EXPORT(FeaturesF32);
 HWY_EXPORT(FeaturesF64);
 HWY_EXPORT(FeatureGradsF32);
 HWY_EXPORT(FeatureGradsF64);
+HWY_EXPORT(ExpFeaturesF32);
+HWY_EXPORT(ExpFeaturesF64);
 
 void elu_features(const float* x, std::int64_t n, float* f) {
   HWY_DYNAMIC_DISPATCH(FeaturesF32)(x, n, f);
@@ -91,6 +107,13 @@ void elu_feature_grads(const float* x, const float* g, std::int64_t n, float* ou
 }
 void elu_feature_grads(const double* x, const double* g, std::int64_t n, double* out) {
   HWY_DYNAMIC_DISPATCH(FeatureGradsF64)(x, g, n, out);
+}
+
+void exp_features(const float* u, std::int64_t n, float shift, float factor, float* f) {
+  HWY_DYNAMIC_DISPATCH(ExpFeaturesF32)(u, n, shift, factor, f);
+}
+void exp_features(const double* u, std::int64_t n, double shift, double factor, double* f) {
+  HWY_DYNAMIC_DISPATCH(ExpFeaturesF64)(u, n, shift, factor, f);
 }
 
 }  // namespace qkv::kernels::cpu
