@@ -1,6 +1,7 @@
 # cmake -DQKV=path/to/qkv -DPLOT=dir/v.svg -P check_plot.cmake: `qkv bench --variants --plot`
 # writes one picture per pass measured (here --pass fwd: v-fwd.svg, no v-bwd.svg, no v.svg) with a
-# line per variant and the two reference lines, and its legend names each of them.
+# line per variant (8 sparse, 6 linear) and the two reference lines, and its legend names each of
+# them.
 get_filename_component(dir ${PLOT} DIRECTORY)
 get_filename_component(stem ${PLOT} NAME_WE)
 set(fwd ${dir}/${stem}-fwd.svg)
@@ -22,10 +23,12 @@ endif()
 file(READ ${fwd} svg)
 string(REGEX MATCHALL "<path class=\"series\"" paths "${svg}")
 list(LENGTH paths count)
-if(NOT count EQUAL 10)
-  message(FATAL_ERROR "${fwd}: expected 10 series (8 variants, ~ T, ~ T^2), got ${count}")
+if(NOT count EQUAL 16)
+  message(FATAL_ERROR "${fwd}: expected 16 series (8 sparse, 6 linear, ~ T, ~ T^2), got ${count}")
 endif()
-foreach(name full causal window longformer bigbird document strided window_lambda "~ T" "~ T^2")
+foreach(name full causal window longformer bigbird document strided window_lambda "linear elu"
+        "linear elu_causal" "linear favor64" "linear favor64_causal" "linear favor256"
+        "linear favor256_causal" "~ T" "~ T^2")
   string(FIND "${svg}" ">${name}</text>" found)
   if(found EQUAL -1)
     message(FATAL_ERROR "${fwd}: the legend does not name '${name}'")

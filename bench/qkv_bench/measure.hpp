@@ -6,6 +6,7 @@
 // share it so that both count the same work the same way.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "qkv/attention.hpp"
 #include "qkv/block_mask.hpp"
 #include "qkv/dtype.hpp"
+#include "qkv/linear_attention.hpp"
 #include "qkv/tensor.hpp"
 
 namespace qkv::bench {
@@ -33,8 +35,8 @@ struct Shape {
   bool causal = false;
   DType dtype = DType::f32;
   // `qkv bench --variants`: one of kVariants, run through flex_attention with its block mask
-  // (window: the built-in window option; window_lambda: the same band as a user lambda). Empty:
-  // the built-in options above.
+  // (window: the built-in window option; window_lambda: the same band as a user lambda), or one
+  // of kLinearVariants, run through linear_attention. Empty: the built-in options above.
   std::string variant;
   // q, k, v, out, dout and the gradients stored [B, H, T, D] and handed to the kernels as views
   // permuted to [B, T, H, D] (lse [B, H, T] either way): the kernels read and write them where they
@@ -66,6 +68,12 @@ double kv_bytes(const Shape& shape) noexcept;
 inline const std::vector<std::string> kVariants = {
     "full", "causal", "window", "longformer", "bigbird", "document", "strided", "window_lambda"};
 BlockMask variant_mask(const std::string& variant, std::int64_t T);
+// Linear attention's rows of `qkv bench --variants` (qkv/linear_attention.hpp, Backend::cpu):
+// elu + 1, and FAVOR+ with F = 64 and 256 random features, each without and with a causal mask.
+inline const std::vector<std::string> kLinearVariants = {
+    "elu", "elu_causal", "favor64", "favor64_causal", "favor256", "favor256_causal"};
+bool is_linear_variant(const std::string& variant);
+LinearOptions linear_variant_options(const std::string& variant);
 // The (i, j) pairs the variant's mask keeps, per (b, h): full tiles counted whole, partial ones
 // element by element.
 double kept_pairs(const BlockMask& mask);
@@ -88,7 +96,8 @@ class Workload {
   Tensor out_, lse_;  // [B, Tq, H, D], [B, H, Tq]
   Tensor dout_;       // [B, Tq, H, D]; defined for the backward only
   AttentionGrads grads_;
-  BlockMask blocks_;  // variants run by flex_attention
+  BlockMask blocks_;                     // variants run by flex_attention
+  std::optional<LinearOptions> linear_;  // variants run by linear_attention
 };
 
 // The process's peak resident set. reset_peak_rss() returns free heap memory to the system

@@ -117,6 +117,29 @@ BlockMask variant_mask(const std::string& variant, std::int64_t T) {
               variant);
 }
 
+bool is_linear_variant(const std::string& variant) {
+  return std::find(kLinearVariants.begin(), kLinearVariants.end(), variant) !=
+         kLinearVariants.end();
+}
+
+LinearOptions linear_variant_options(const std::string& variant) {
+  if (!is_linear_variant(variant)) {
+    throw Error("variant",
+                "one of elu, elu_causal, favor64, favor64_causal, favor256, favor256_causal",
+                variant);
+  }
+  LinearOptions o;
+  o.backend = Backend::cpu;
+  if (variant.rfind("favor", 0) == 0) {
+    o.feature_map = FeatureMap::favor;
+    o.num_features = variant.rfind("favor64", 0) == 0 ? 64 : 256;
+  }
+  if (variant.size() > 7 && variant.substr(variant.size() - 7) == "_causal") {
+    o.causal = Causal::top_left;
+  }
+  return o;
+}
+
 double kept_pairs(const BlockMask& m) {
   double kept = 0;
   for (std::int64_t qb = 0; qb < m.q_blocks(); ++qb) {
@@ -143,6 +166,8 @@ Workload::Workload(const Shape& shape) : shape_(shape) {
   options_.causal = shape.causal ? Causal::top_left : Causal::none;
   if (shape.variant == "window") {
     options_.window = {128, 128};
+  } else if (is_linear_variant(shape.variant)) {
+    linear_ = linear_variant_options(shape.variant);
   } else if (!shape.variant.empty()) {
     if (shape.Tq != shape.Tk) throw Error("Tk", "Tq for a variant", std::to_string(shape.Tk));
     blocks_ = variant_mask(shape.variant, shape.Tq);
@@ -164,6 +189,10 @@ Workload::Workload(const Shape& shape) : shape_(shape) {
   out_ = rows(shape.Tq, false);
   lse_ = Tensor::empty({shape.B, shape.H, shape.Tq}, dt == DType::f64 ? DType::f64 : DType::f32);
   if (shape.pass == Pass::bwd) {
+    if (linear_) {
+      dout_ = rows(shape.Tq, true);
+      return;
+    }
     if (blocks_.defined()) {
       AttentionOutput f = flex_attention(q_, k_, v_, blocks_);
       out_ = f.out;
@@ -183,6 +212,15 @@ void Workload::run() {
   // each at T = 8192, H = 8, D = 64, f32) cost their page faults, 12% of a window's backward on the
   // AMD EPYC Zen 3 VM (114 against 100 ms, median of 21 alternating pairs, 2 threads), which made
   // the lambda window's row 1.14x the built-in one; the forward's one output showed none.
+  if (linear_) {  // its API allocates the outputs
+    if (shape_.pass == Pass::fwd) {
+      out_ = linear_attention(q_, k_, v_, *linear_);
+    } else {
+      const LinearGrads g = linear_attention_backward(dout_, q_, k_, v_, *linear_);
+      grads_.dq = g.dq;
+    }
+    return;
+  }
   if (blocks_.defined()) {
     if (shape_.pass == Pass::fwd) {
       flex_attention(q_, k_, v_, blocks_, {}, out_, lse_);

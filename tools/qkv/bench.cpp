@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -23,10 +24,12 @@
 #include "qkv/commands.hpp"
 #include "qkv/error.hpp"
 #include "qkv/files.hpp"
+#include "qkv/linear_attention.hpp"
 #include "qkv/system.hpp"
 #include "qkv/version.hpp"
 #include "qkv/viz/line_plot.hpp"
 #include "qkv_bench/measure.hpp"
+#include "qkv_bench/scaling.hpp"
 
 namespace qkv::cli {
 namespace {
@@ -41,6 +44,7 @@ struct BenchOptions {
   int threads = 0;  // 0: num_threads()
   int reps = 0;     // 0: bench::reps_for picks
   std::vector<std::int64_t> ts;
+  std::vector<std::int64_t> linear_ts;
   std::vector<std::int64_t> ds;
   std::vector<std::int64_t> decode_tks;
   std::vector<std::string> passes;
@@ -216,6 +220,24 @@ void plot_variants(const std::vector<bench::RowResult>& rows,
       }
       series.push_back(std::move(line));
     }
+    // Linear attention's rows dashed, in the first colors again, with their own marker.
+    for (std::size_t v = 0; v < bench::kLinearVariants.size(); ++v) {
+      viz::Series line{"linear " + bench::kLinearVariants[v], {}, {}, viz::Marker::diamond};
+      line.line = viz::LineStyle::dashed;
+      line.color = viz::kPalette[v];
+      std::vector<std::pair<double, double>> points;
+      for (const bench::RowResult& r : rows) {
+        if (r.shape.pass == pass && r.shape.variant == bench::kLinearVariants[v]) {
+          points.emplace_back(static_cast<double>(r.shape.Tq), r.ms);
+        }
+      }
+      std::sort(points.begin(), points.end());
+      for (const auto& [t, ms] : points) {
+        line.x.push_back(t);
+        line.y.push_back(ms);
+      }
+      if (!line.x.empty()) series.push_back(std::move(line));
+    }
     const viz::Series full = series.front();  // kVariants[0]; a copy, as series grows below
     if (full.x.size() >= 2 && full.x.back() > full.x.front()) {
       series.push_back(reference("~ T", 1, full, viz::LineStyle::dotted));
@@ -223,7 +245,7 @@ void plot_variants(const std::vector<bench::RowResult>& rows,
     }
     viz::LinePlotOptions options;
     options.title = "qkv bench --variants, " + std::string(bench::pass_name(pass)) +
-                    ": B=1 H=8 D=64 f32, " + std::to_string(threads) + " threads";
+                    ": B=1 H=8 D=64 f32, " + std::to_string(threads) + " threads; dashed: linear";
     options.x_label = "T (Tq = Tk)";
     options.y_label = "median ms";
     options.log_x = options.log_y = true;
@@ -271,11 +293,85 @@ double paired_vs_tiles(const bench::Shape& full, const bench::Shape& variant, in
 // time to (full time x the share of tiles the block mask keeps), which is 1 for a kernel whose
 // cost is its tiles: vs_tiles from the rows' medians, and vs_paired from calls of the variant and
 // of full alternated (paired_vs_tiles), the figure the targets are read from.
+// --variants: how each linear row and the fused softmax rows (full, causal) grow with T (the
+// log-log slope from T = 4096 on, or over all Ts where fewer than two reach it) and where each
+// linear row crosses below its softmax row (full, or causal for _causal); printed and returned.
+nlohmann::ordered_json linear_summary(const std::vector<bench::RowResult>& results,
+                                      const std::vector<bench::Pass>& passes) {
+  constexpr double kSlopeFrom = 4096;
+  const auto curve = [&](const std::string& variant, bench::Pass pass) {
+    bench::Curve c;
+    for (const bench::RowResult& r : results) {
+      if (r.shape.variant == variant && r.shape.pass == pass) {
+        c.emplace_back(static_cast<double>(r.shape.Tq), r.ms);
+      }
+    }
+    return c;
+  };
+  const auto slope = [&](const bench::Curve& c) {
+    const double tail = bench::loglog_slope(c, kSlopeFrom);
+    return std::isnan(tail) ? bench::loglog_slope(c) : tail;
+  };
+  const auto number = [](double x) {
+    return std::isfinite(x) ? nlohmann::ordered_json(rounded(x, 3)) : nullptr;
+  };
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  std::printf("\n%-16s %-4s %7s %-8s %s\n", "variant", "pass", "slope", "vs", "crossover T");
+  for (const bench::Pass pass : passes) {
+    for (const std::string& variant : {std::string("full"), std::string("causal")}) {
+      const double s = slope(curve(variant, pass));
+      if (std::isnan(s)) continue;
+      std::printf("%-16s %-4s %7.2f\n", variant.c_str(),
+                  std::string(bench::pass_name(pass)).c_str(), s);
+      out.push_back({{"variant", variant}, {"pass", bench::pass_name(pass)}, {"slope", number(s)}});
+    }
+    for (const std::string& variant : bench::kLinearVariants) {
+      const bench::Curve c = curve(variant, pass);
+      if (c.empty()) continue;
+      const std::string baseline =
+          bench::linear_variant_options(variant).causal == Causal::none ? "full" : "causal";
+      const bench::Crossover x = bench::crossover(c, curve(baseline, pass));
+      const double s = slope(c);
+      std::string where = "-";
+      if (x.kind == bench::Crossover::Kind::interpolated) {
+        where = "T = " + std::to_string(std::llround(x.t));
+      } else if (x.kind == bench::Crossover::Kind::below) {
+        where = "below " + std::to_string(std::llround(x.t)) + " (faster at every shared T)";
+      } else if (x.kind == bench::Crossover::Kind::above) {
+        where = "above " + std::to_string(std::llround(x.t)) + " (slower at every shared T)";
+      }
+      std::printf("%-16s %-4s %7.2f %-8s %s\n", variant.c_str(),
+                  std::string(bench::pass_name(pass)).c_str(), s, baseline.c_str(), where.c_str());
+      out.push_back({{"variant", variant},
+                     {"pass", bench::pass_name(pass)},
+                     {"slope", number(s)},
+                     {"vs", baseline},
+                     {"crossover", bench::kind_name(x.kind)},
+                     {"crossover_T", x.kind == bench::Crossover::Kind::none
+                                         ? nlohmann::ordered_json(nullptr)
+                                         : nlohmann::ordered_json(rounded(x.t, 1))}});
+    }
+  }
+  std::printf(
+      "slope: log-log least squares of median ms against T from T = %.0f on (all Ts "
+      "where fewer than two reach it)\n",
+      kSlopeFrom);
+  return out;
+}
+
 void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
   const int threads = opt.threads > 0 ? opt.threads : num_threads();
   std::vector<std::int64_t> ts = opt.quick ? std::vector<std::int64_t>{256, 512}
-                                           : std::vector<std::int64_t>{1024, 4096, 16384};
-  if (!opt.ts.empty()) ts = opt.ts;
+                                           : std::vector<std::int64_t>{256, 1024, 4096, 16384};
+  std::vector<std::int64_t> linear_ts =
+      opt.quick ? ts : std::vector<std::int64_t>{256, 1024, 4096, 16384, 65536, 262144};
+  if (!opt.ts.empty()) ts = linear_ts = opt.ts;
+  if (!opt.linear_ts.empty()) linear_ts = opt.linear_ts;
+  std::set<std::int64_t> all_ts(ts.begin(), ts.end());
+  all_ts.insert(linear_ts.begin(), linear_ts.end());
+  const auto has = [](const std::vector<std::int64_t>& list, std::int64_t T) {
+    return std::find(list.begin(), list.end(), T) != list.end();
+  };
   std::vector<bench::Pass> passes = {bench::Pass::fwd, bench::Pass::bwd};
   if (!opt.passes.empty()) {
     passes.clear();
@@ -286,18 +382,21 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
   std::printf(
       "kept: share of tiles the block mask keeps / of scores the mask keeps; GFLOP/s over the kept "
       "scores; vs_tiles: ms / (full ms x kept tiles); vs_paired: the same, full and the variant "
-      "alternated call by call\n\n");
-  std::printf("%-14s %-4s %6s %4s %10s %7s %7s %8s %8s %9s %8s %9s\n", "variant", "pass", "T",
+      "alternated call by call; linear rows (linear_attention): vs_softmax = ms / the fused "
+      "softmax row's ms (full, or causal for _causal) at the same T\n\n");
+  std::printf("%-16s %-4s %6s %4s %10s %7s %7s %8s %8s %9s %8s %9s\n", "variant", "pass", "T",
               "reps", "ms", "tiles", "scores", "GFLOP/s", "vs_tiles", "vs_paired", "RSS_MB",
               "mask_ms");
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<bench::RowResult> results;
-  for (const std::int64_t T : ts) {
+  for (const std::int64_t T : all_ts) {
     for (const bench::Pass pass : passes) {
       double full_ms = 0;
       bench::Shape full_shape, window_shape;
       bool window_seen = false;
+      std::map<std::string, double> softmax_ms;  // full and causal at this T and pass
       for (const std::string& variant : bench::kVariants) {
+        if (!has(ts, T)) break;
         bench::Shape shape;
         shape.pass = pass;
         shape.Tq = shape.Tk = T;
@@ -329,16 +428,18 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
         const double gflops = flop / (r.ms * 1e6);
         const double vs_tiles = r.ms / (full_ms * tiles);
         const double scores = pairs / (static_cast<double>(T) * static_cast<double>(T));
-        std::printf("%-14s %-4s %6lld %4d %10.3f %7.4f %7.4f %8.1f %8.2f %9.2f %8.1f %9.2f\n",
+        std::printf("%-16s %-4s %6lld %4d %10.3f %7.4f %7.4f %8.1f %8.2f %9.2f %8.1f %9.2f\n",
                     variant.c_str(), std::string(bench::pass_name(pass)).c_str(),
                     static_cast<long long>(T), r.reps, r.ms, tiles, scores, gflops, vs_tiles,
                     vs_paired, r.peak_rss_mb, mask_ms);
         if (lambda)
-          std::printf("%-14s %-4s %6lld  vs window, paired: %.2f\n", "", "",
+          std::printf("%-16s %-4s %6lld  vs window, paired: %.2f\n", "", "",
                       static_cast<long long>(T), vs_builtin);
         std::fflush(stdout);
         results.push_back(r);
+        softmax_ms[variant] = r.ms;
         rows.push_back({{"variant", variant},
+                        {"kind", "softmax"},
                         {"pass", bench::pass_name(pass)},
                         {"B", 1},
                         {"H", 8},
@@ -359,8 +460,46 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
                         {"peak_rss_mb", rounded(r.peak_rss_mb, 2)},
                         {"block_mask_ms", rounded(mask_ms, 3)}});
       }
+      for (const std::string& variant : bench::kLinearVariants) {
+        if (!has(linear_ts, T)) break;
+        bench::Shape shape;
+        shape.pass = pass;
+        shape.Tq = shape.Tk = T;
+        shape.variant = variant;
+        const LinearOptions o = bench::linear_variant_options(variant);
+        const bench::RowResult r = bench::run_row(shape, threads, opt.reps, bench::Peaks{});
+        const std::string baseline = o.causal == Causal::none ? "full" : "causal";
+        const auto soft = softmax_ms.find(baseline);
+        const double vs_softmax = soft == softmax_ms.end() ? 0.0 : r.ms / soft->second;
+        std::printf("%-16s %-4s %6lld %4d %10.3f %7s %7s %8s %8s %9s %8.1f %9s", variant.c_str(),
+                    std::string(bench::pass_name(pass)).c_str(), static_cast<long long>(T), r.reps,
+                    r.ms, "-", "-", "-", "-", "-", r.peak_rss_mb, "-");
+        if (vs_softmax > 0) std::printf("  vs_softmax %.3f", vs_softmax);
+        std::printf("\n");
+        std::fflush(stdout);
+        results.push_back(r);
+        rows.push_back({{"variant", variant},
+                        {"kind", "linear"},
+                        {"feature_map", o.feature_map == FeatureMap::elu ? "elu" : "favor"},
+                        {"num_features", linear_feature_count(o, 64)},
+                        {"causal", o.causal != Causal::none},
+                        {"pass", bench::pass_name(pass)},
+                        {"B", 1},
+                        {"H", 8},
+                        {"T", T},
+                        {"D", 64},
+                        {"threads", threads},
+                        {"reps", r.reps},
+                        {"ms", rounded(r.ms, 4)},
+                        {"ms_min", rounded(r.ms_min, 4)},
+                        {"ms_max", rounded(r.ms_max, 4)},
+                        {"vs_softmax",
+                         vs_softmax > 0 ? nlohmann::ordered_json(rounded(vs_softmax, 4)) : nullptr},
+                        {"peak_rss_mb", rounded(r.peak_rss_mb, 2)}});
+      }
     }
   }
+  const nlohmann::ordered_json summary = linear_summary(results, passes);
   if (json_file.is_open()) {
     nlohmann::ordered_json doc;
     doc["machine"] = {{"cpu", cpu_model()},
@@ -371,6 +510,7 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
                       {"qkv_version", std::string(version())},
                       {"date", utc_now()}};
     doc["rows"] = rows;
+    doc["scaling"] = summary;
     json_file << doc.dump(2) << '\n';
     if (!json_file) throw Error("--json", "a writable file", opt.json_path);
   }
@@ -505,7 +645,14 @@ void add_bench(CLI::App& app) {
       cmd->add_flag("--variants", opt->variants,
                     "The sparse patterns through flex_attention instead (full, causal, window 256, "
                     "Longformer, BigBird, 8 documents, strided, the window as a lambda; B=1, H=8, "
-                    "D=64, T in {1024, 4096, 16384} or --T)");
+                    "D=64, T in {256, 1024, 4096, 16384} or --T), and linear attention (elu + 1, "
+                    "FAVOR+ with 64 and 256 features, each full and causal; T from 256 to 262144, "
+                    "or --linear-T), with log-log slopes and the T where linear overtakes softmax");
+  cmd->add_option("--linear-T", opt->linear_ts,
+                  "With --variants: the linear rows' lengths, replacing the default (or --T)")
+      ->transform(integer<std::int64_t>(1))
+      ->delimiter(',')
+      ->needs(variants);
   cmd->add_option("--plot", opt->plot_path,
                   "With --variants: draw median ms against T on log-log axes, one line per "
                   "variant, one file per pass (FILE.png -> FILE-fwd.png, FILE-bwd.png; or .svg), "
