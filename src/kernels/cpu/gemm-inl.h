@@ -124,6 +124,20 @@ HWY_INLINE void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const T* HW
     gemm_strip<1, kATransposed>(d, M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
   }
   if constexpr (!kWholeVectors) {
+    // Columns short of a vector in vectors of 8 and 4 lanes (where the full one is wider), then
+    // scalars: a head dim of 8 on AVX-512's 16 f32 lanes was all scalar, 9 GFLOP/s against 190 at
+    // 16 (T 1024, forward, 2 threads of the Zen 5 VM, 2026-11-25). Each element is still one FMA
+    // per k in the same order, so the bits are those of the scalar columns.
+    const hn::CappedTag<T, 8> d8;
+    const auto L8 = static_cast<std::int64_t>(hn::Lanes(d8));
+    for (; L8 < L && n + L8 <= N; n += L8) {
+      gemm_strip<1, kATransposed>(d8, M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
+    }
+    const hn::CappedTag<T, 4> d4;
+    const auto L4 = static_cast<std::int64_t>(hn::Lanes(d4));
+    for (; L4 < L && n + L4 <= N; n += L4) {
+      gemm_strip<1, kATransposed>(d4, M, K, A, lda, B + n, ldb, C + n, ldc, accumulate);
+    }
     if (n < N) gemm_scalar_columns<kATransposed>(M, n, N, K, A, lda, B, ldb, C, ldc, accumulate);
   }
 }
