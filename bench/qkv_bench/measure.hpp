@@ -15,6 +15,7 @@
 #include "qkv/block_mask.hpp"
 #include "qkv/dtype.hpp"
 #include "qkv/linear_attention.hpp"
+#include "qkv/system.hpp"
 #include "qkv/tensor.hpp"
 
 namespace qkv::bench {
@@ -100,14 +101,9 @@ class Workload {
   std::optional<LinearOptions> linear_;  // variants run by linear_attention
 };
 
-// The process's peak resident set. reset_peak_rss() returns free heap memory to the system
-// (glibc's malloc_trim) and lowers the high-water mark to the current RSS (writes "5" to
-// /proc/self/clear_refs); peak_rss_mb() reads VmHWM from /proc/self/status.
-// Where either fails (no procfs, an old kernel) the peak falls back to getrusage's ru_maxrss,
-// which cannot be reset and so is the peak of the whole process; *from_procfs (when given) says
-// whether VmHWM was read. MB means 2^20 bytes.
-bool reset_peak_rss() noexcept;
-double peak_rss_mb(bool* from_procfs = nullptr) noexcept;
+// The process's peak resident set (qkv/system.hpp), as the rows measure it.
+using qkv::peak_rss_mb;
+using qkv::reset_peak_rss;
 
 // How many timed repetitions a row gets. requested > 0 is taken as is; requested == 0 picks,
 // from the warm-up's time, enough to fill about kAutoRowSeconds, clamped to [kMinReps, kMaxReps],

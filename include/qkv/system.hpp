@@ -5,6 +5,10 @@
 
 namespace qkv {
 
+// The CPU's model name as /proc/cpuinfo gives it ("AMD EPYC 7B13"), "unknown" where it cannot
+// be read: what every measurement carries.
+std::string cpu_model();
+
 // The SIMD instruction sets Highway finds usable on this CPU, best first ("AVX3", "AVX2", ...).
 std::vector<std::string> simd_targets();
 
@@ -50,5 +54,15 @@ int num_threads();
 // fresh pages. This frees every buffer kept; later calls start filling the pool again. Safe to
 // call at any time from any thread (a buffer in use by a call is not in the pool).
 void release_cached_memory();
+
+// The process's peak resident set, for measuring what a piece of work needs. reset_peak_rss()
+// releases the kernels' cached scratch (release_cached_memory), returns free heap memory to the
+// system (glibc's malloc_trim) and lowers the high-water mark to the current RSS (writes "5" to
+// /proc/self/clear_refs); peak_rss_mb() reads VmHWM from /proc/self/status. Where either fails
+// (no procfs, an old kernel) the peak falls back to getrusage's ru_maxrss, which cannot be reset
+// and so is the peak of the whole process; *from_procfs (when given) says whether VmHWM was read.
+// MB means 2^20 bytes.
+bool reset_peak_rss() noexcept;
+double peak_rss_mb(bool* from_procfs = nullptr) noexcept;
 
 }  // namespace qkv

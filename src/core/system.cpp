@@ -3,8 +3,24 @@
 #include <hwy/targets.h>
 
 #include <cstdint>
+#include <fstream>
 
 namespace qkv {
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const std::size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        const std::size_t start = line.find_first_not_of(' ', colon + 1);
+        if (start != std::string::npos) return line.substr(start);
+      }
+    }
+  }
+  return "unknown";
+}
 
 std::vector<std::string> simd_targets() {
   // Highway numbers its targets so that a lower bit is a better (wider) instruction set.

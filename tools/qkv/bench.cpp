@@ -53,18 +53,6 @@ struct BenchOptions {
   std::string layout = "bthd";
 };
 
-std::string cpu_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const std::size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "unknown";
-}
-
 // The SIMD and matrix-unit flags of /proc/cpuinfo that decide the kernels' paths (those the
 // first "flags" line lists, in its order), so that a figure carries what the CPU could run.
 std::vector<std::string> cpu_flags() {
@@ -293,6 +281,22 @@ double paired_vs_tiles(const bench::Shape& full, const bench::Shape& variant, in
 // time to (full time x the share of tiles the block mask keeps), which is 1 for a kernel whose
 // cost is its tiles: vs_tiles from the rows' medians, and vs_paired from calls of the variant and
 // of full alternated (paired_vs_tiles), the figure the targets are read from.
+// The fields every --variants row has in the JSON: what ran (B = 1, H = 8, D = 64) and its times.
+nlohmann::ordered_json variant_row(const char* kind, const bench::RowResult& r) {
+  return {{"variant", r.shape.variant},
+          {"kind", kind},
+          {"pass", bench::pass_name(r.shape.pass)},
+          {"B", 1},
+          {"H", 8},
+          {"T", r.shape.Tq},
+          {"D", 64},
+          {"threads", r.threads},
+          {"reps", r.reps},
+          {"ms", rounded(r.ms, 4)},
+          {"ms_min", rounded(r.ms_min, 4)},
+          {"ms_max", rounded(r.ms_max, 4)}};
+}
+
 // --variants: how each linear row and the fused softmax rows (full, causal) grow with T (the
 // log-log slope from T = 4096 on, or over all Ts where fewer than two reach it) and where each
 // linear row crosses below its softmax row (full, or causal for _causal); printed and returned.
@@ -438,27 +442,18 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
         std::fflush(stdout);
         results.push_back(r);
         softmax_ms[variant] = r.ms;
-        rows.push_back({{"variant", variant},
-                        {"kind", "softmax"},
-                        {"pass", bench::pass_name(pass)},
-                        {"B", 1},
-                        {"H", 8},
-                        {"T", T},
-                        {"D", 64},
-                        {"threads", threads},
-                        {"reps", r.reps},
-                        {"ms", rounded(r.ms, 4)},
-                        {"ms_min", rounded(r.ms_min, 4)},
-                        {"ms_max", rounded(r.ms_max, 4)},
-                        {"kept_tiles", rounded(tiles, 5)},
-                        {"kept_scores", rounded(scores, 5)},
-                        {"gflops_kept", rounded(gflops, 3)},
-                        {"vs_tiles", rounded(vs_tiles, 4)},
-                        {"vs_tiles_paired", rounded(vs_paired, 4)},
-                        {"vs_builtin_paired",
-                         lambda ? nlohmann::ordered_json(rounded(vs_builtin, 4)) : nullptr},
-                        {"peak_rss_mb", rounded(r.peak_rss_mb, 2)},
-                        {"block_mask_ms", rounded(mask_ms, 3)}});
+        nlohmann::ordered_json row = variant_row("softmax", r);
+        row.update(nlohmann::ordered_json{
+            {"kept_tiles", rounded(tiles, 5)},
+            {"kept_scores", rounded(scores, 5)},
+            {"gflops_kept", rounded(gflops, 3)},
+            {"vs_tiles", rounded(vs_tiles, 4)},
+            {"vs_tiles_paired", rounded(vs_paired, 4)},
+            {"vs_builtin_paired",
+             lambda ? nlohmann::ordered_json(rounded(vs_builtin, 4)) : nullptr},
+            {"peak_rss_mb", rounded(r.peak_rss_mb, 2)},
+            {"block_mask_ms", rounded(mask_ms, 3)}});
+        rows.push_back(std::move(row));
       }
       for (const std::string& variant : bench::kLinearVariants) {
         if (!has(linear_ts, T)) break;
@@ -478,24 +473,15 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
         std::printf("\n");
         std::fflush(stdout);
         results.push_back(r);
-        rows.push_back({{"variant", variant},
-                        {"kind", "linear"},
-                        {"feature_map", o.feature_map == FeatureMap::elu ? "elu" : "favor"},
-                        {"num_features", linear_feature_count(o, 64)},
-                        {"causal", o.causal != Causal::none},
-                        {"pass", bench::pass_name(pass)},
-                        {"B", 1},
-                        {"H", 8},
-                        {"T", T},
-                        {"D", 64},
-                        {"threads", threads},
-                        {"reps", r.reps},
-                        {"ms", rounded(r.ms, 4)},
-                        {"ms_min", rounded(r.ms_min, 4)},
-                        {"ms_max", rounded(r.ms_max, 4)},
-                        {"vs_softmax",
-                         vs_softmax > 0 ? nlohmann::ordered_json(rounded(vs_softmax, 4)) : nullptr},
-                        {"peak_rss_mb", rounded(r.peak_rss_mb, 2)}});
+        nlohmann::ordered_json row = variant_row("linear", r);
+        row.update(nlohmann::ordered_json{
+            {"feature_map", o.feature_map == FeatureMap::elu ? "elu" : "favor"},
+            {"num_features", linear_feature_count(o, 64)},
+            {"causal", o.causal != Causal::none},
+            {"vs_softmax",
+             vs_softmax > 0 ? nlohmann::ordered_json(rounded(vs_softmax, 4)) : nullptr},
+            {"peak_rss_mb", rounded(r.peak_rss_mb, 2)}});
+        rows.push_back(std::move(row));
       }
     }
   }
