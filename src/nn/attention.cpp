@@ -318,8 +318,13 @@ AttentionResult MultiheadAttention::attend(const Var& q, const Var& k, const Var
     options.seed = seed_;
     options.offset = calls_++;
   }
+  if (flex && config_.kind == AttentionKind::materialized) {
+    throw Error("mask_mod", "none with AttentionKind::materialized (mods run fused)", "a mod");
+  }
   const Var attended = flex ? flex_attend(q, k, v, call, options)
-                            : ag::attention(q, k, v, options, bias);  // [B, Tq, Hq, D]
+                       : config_.kind == AttentionKind::materialized
+                           ? ag::attention_decomposed(q, k, v, options, bias)
+                           : ag::attention(q, k, v, options, bias);  // [B, Tq, Hq, D]
   result.out = out_proj_(ag::merge_heads(attended));
   return result;
 }

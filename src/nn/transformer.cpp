@@ -16,6 +16,10 @@ MultiheadAttentionConfig attention_config(const TransformerLayerConfig& c) {
   a.bias = c.bias;
   a.dropout = c.dropout;
   a.dtype = c.dtype;
+  a.kind = c.attention;
+  a.feature_map = c.feature_map;
+  a.num_features = c.num_features;
+  a.feature_seed = c.feature_seed;
   return a;
 }
 

@@ -15,11 +15,14 @@ namespace qkv::nn {
 
 enum class PositionEncoding : std::uint8_t { none, rope, alibi };
 
-// softmax: scaled dot-product attention (the fused kernel). linear: linear attention
+// softmax: scaled dot-product attention (the fused kernel). materialized: the same function
+// composed of ops (autograd::attention_decomposed), the [B, Hq, Tq, Tk] scores materialized as
+// textbook attention does, so its memory grows with Tq Tk (no need_weights, mods or position_bias
+// differences: it takes what softmax takes but mods). linear: linear attention
 // (qkv/linear_attention.hpp) with the config's feature map (elu + 1, or FAVOR+ estimating softmax
 // attention with its default scale), causal with is_causal, padded with key_lengths; it has no
 // weights, so no dropout, ALiBi, tensor masks, position_bias, mods or need_weights.
-enum class AttentionKind : std::uint8_t { softmax, linear };
+enum class AttentionKind : std::uint8_t { softmax, linear, materialized };
 
 struct MultiheadAttentionConfig {
   std::int64_t embed_dim = 0;

@@ -19,6 +19,12 @@ struct TransformerLayerConfig {
   bool norm_first = false;  // true: pre-norm; false: post-norm (PyTorch's default)
   bool bias = true;
   DType dtype = DType::f32;
+  // The self-attention's (and cross-attention's) kind and, for AttentionKind::linear, its feature
+  // map (MultiheadAttentionConfig).
+  AttentionKind attention = AttentionKind::softmax;
+  FeatureMap feature_map = FeatureMap::elu;
+  std::int64_t num_features = 0;
+  std::uint64_t feature_seed = 0;
 };
 
 // PyTorch's nn.TransformerEncoderLayer (batch_first): parameters "self_attn.*", "linear1.*",
