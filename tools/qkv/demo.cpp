@@ -374,7 +374,9 @@ void add_demo(CLI::App& app) {
   demo->add_option("--heatmaps", options->heatmaps, "Sentences to draw")
       ->capture_default_str()
       ->transform(integer<std::int64_t>(1));
-  demo->callback([options] {
+  const CLI::App* variants = add_demo_variants(*demo);
+  demo->callback([options, variants] {
+    if (variants->parsed()) return;  // `qkv demo variants` ran instead
     if (options->d_model % options->heads != 0) {
       throw CLI::ValidationError("--heads", "expected a divisor of --d-model " +
                                                 std::to_string(options->d_model) + ", got " +

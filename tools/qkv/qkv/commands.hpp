@@ -6,7 +6,9 @@ namespace qkv::cli {
 
 // Each subcommand registers itself on the app and runs when parsed.
 void add_info(CLI::App& app);
-void add_demo(CLI::App& app);       // the main job: train, evaluate, draw
+void add_demo(CLI::App& app);  // the main job: train, evaluate, draw
+// demo's subcommand "variants": the seeds' trade-off measured (demo_variants.cpp)
+CLI::App* add_demo_variants(CLI::App& demo);
 void add_translate(CLI::App& app);  // a model saved by demo, on new sentences
 // qkv heatmap FILE.safetensors: attention weights drawn as PNG or SVG (qkv::viz).
 void add_heatmap(CLI::App& app);

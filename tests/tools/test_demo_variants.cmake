@@ -1,0 +1,52 @@
+# cmake -DQKV=path/to/qkv -DWORK=dir -P test_demo_variants.cmake: a miniature `qkv demo variants`
+# (a few seconds: two lengths, every attention, a handful of steps, a short memory probe) prints
+# its table and writes variants.json with a run per (attention, T) and a probe per attention, and
+# the two plots as PNGs.
+file(REMOVE_RECURSE ${WORK})
+execute_process(
+  COMMAND ${QKV} demo variants --out ${WORK} --T 320,384 --steps 4 --batch 2 --eval 8
+          --attention full,window,bigbird,elu,favor --probe-max-T 2048 --memory-budget 4096
+  RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT code EQUAL 0)
+  message(FATAL_ERROR "qkv demo variants exited ${code}:\n${out}\n${err}")
+endif()
+message("${out}")
+foreach(pattern "accuracy" "longest T in budget" "variants.json")
+  if(NOT out MATCHES "${pattern}")
+    message(FATAL_ERROR "qkv demo variants printed no '${pattern}'")
+  endif()
+endforeach()
+file(READ ${WORK}/variants.json doc)
+string(JSON runs LENGTH "${doc}" runs)
+if(NOT runs EQUAL 10)
+  message(FATAL_ERROR "variants.json: ${runs} runs, expected 10 (5 attentions x 2 lengths)")
+endif()
+foreach(n RANGE 9)
+  foreach(key attention T accuracy step_ms peak_rss_mb)
+    string(JSON value ERROR_VARIABLE missing GET "${doc}" runs ${n} ${key})
+    if(missing)
+      message(FATAL_ERROR "variants.json: run ${n} has no \"${key}\"")
+    endif()
+  endforeach()
+  string(JSON accuracy GET "${doc}" runs ${n} accuracy)
+  if(accuracy LESS 0 OR accuracy GREATER 1)
+    message(FATAL_ERROR "variants.json: run ${n} accuracy ${accuracy}")
+  endif()
+endforeach()
+# The probe adds the materialized scores to the five attentions.
+string(JSON probes LENGTH "${doc}" probe)
+if(NOT probes EQUAL 6)
+  message(FATAL_ERROR "variants.json: ${probes} probes, expected 6")
+endif()
+string(JSON first GET "${doc}" probe 0 attention)
+string(JSON max_t GET "${doc}" probe 0 max_T_in_budget)
+if(NOT first STREQUAL "materialized" OR NOT max_t EQUAL 2048)
+  message(FATAL_ERROR "variants.json: probe 0 is ${first} up to ${max_t}, expected materialized "
+                      "up to 2048 (4096 MB is plenty)")
+endif()
+foreach(png accuracy step_time)
+  file(READ ${WORK}/${png}.png signature LIMIT 8 HEX)
+  if(NOT signature STREQUAL "89504e470d0a1a0a")
+    message(FATAL_ERROR "${png}.png is not a PNG (starts ${signature})")
+  endif()
+endforeach()
