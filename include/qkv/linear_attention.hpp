@@ -73,8 +73,10 @@ Tensor favor_features(std::int64_t D, std::int64_t F, std::uint64_t seed);
 // F for these options and head size D: num_features, or the default when it is 0 (elu: D).
 std::int64_t linear_feature_count(const LinearOptions& options, std::int64_t D);
 
-// q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv]; any strides; f32 or f64, one dtype;
-// Hq a multiple of Hk -> out [B, Tq, Hq, Dv]. Keys past a batch's length are never read.
+// q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv]; any strides; one floating dtype; Hq a
+// multiple of Hk -> out [B, Tq, Hq, Dv] in that dtype. Keys past a batch's length are never read.
+// bf16 and f16 are storage only: the inputs are widened to f32, the kernel computes in f32, and
+// the results are rounded back (no 16-bit products yet).
 Tensor linear_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                         const LinearOptions& options = {});
 
@@ -96,11 +98,11 @@ class LinearState {
   // causal, key_lengths and backend must keep their defaults (the state is causal by nature).
   LinearState(std::int64_t B, std::int64_t Hk, std::int64_t D, std::int64_t Dv,
               const LinearOptions& options = {});
-  // q [B, 1, Hq, D], k [B, 1, Hk, D], v [B, 1, Hk, Dv] (f32 or f64, one dtype, any strides; Hq a
+  // q [B, 1, Hq, D], k [B, 1, Hk, D], v [B, 1, Hk, Dv] (one floating dtype, any strides; Hq a
   // multiple of Hk) -> out [B, 1, Hq, Dv] in q's dtype: adds the key to the state, then attends
   // q to every key so far. On error the state is unchanged.
   Tensor step(const Tensor& q, const Tensor& k, const Tensor& v);
-  // k [B, T, Hk, D], v [B, T, Hk, Dv] (f32 or f64, one dtype, any strides): adds T keys to the
+  // k [B, T, Hk, D], v [B, T, Hk, Dv] (one floating dtype, any strides): adds T keys to the
   // state without attending (a prompt before decoding). On error the state is unchanged.
   void append(const Tensor& k, const Tensor& v);
   std::int64_t length() const noexcept { return length_; }  // keys taken so far

@@ -419,7 +419,8 @@ def linear_attention(
     "elu", phi = elu + 1 (Katharopoulos et al. 2020); "favor", Performer's FAVOR+ (Choromanski
     et al. 2021): num_features positive orthogonal random features (None: int(D ln D)) drawn from
     seed, whose products estimate softmax attention's exp(scale q . k) (scale None: 1/sqrt(D)),
-    with Performer's stabilizers. float32 or float64; backend "auto" or "cpu" (the chunked kernel,
+    with Performer's stabilizers. float32 or float64 (bfloat16 and float16: widened to float32
+    and the results rounded back); backend "auto" or "cpu" (the chunked kernel,
     O(T F Dv)) or "reference" (the formula evaluated directly in f64). On torch tensors that
     require grad, it records qkv's backward in torch's autograd. return_state: also a LinearState
     holding every key (no key_lengths), to go on decoding -> (out, state)."""

@@ -1,5 +1,6 @@
 // qkv::linear_attention and its backward: validation, the caller's tensors handed to the kernels
-// in place where they can read them (run.hpp's readable), and the backend choice.
+// in place where they can read them (run.hpp's readable; bf16 and f16 widened to f32), and the
+// backend choice.
 #include "kernels/cpu/linear.hpp"
 
 #include <cmath>
@@ -26,10 +27,6 @@ kernels::Dims validate_linear(const Tensor& q, const Tensor& k, const Tensor& v,
   as_attention.causal = options.causal;
   as_attention.key_lengths = options.key_lengths;
   const kernels::Dims d = attention::validate_inputs(q, k, v, as_attention);
-  if (q.dtype() != DType::f32 && q.dtype() != DType::f64) {
-    throw Error("q", "dtype f32 or f64 (convert bf16 and f16 to f32 first)",
-                std::string(dtype_name(q.dtype())));
-  }
   attention::validate_feature_options(options, q.dtype());
   return d;
 }

@@ -116,8 +116,8 @@ void LinearState::attend(std::int64_t b, std::int64_t hk, const double* q, doubl
 // k [B, T, Hk, D], v [B, T, Hk, Dv] -> (checked) contiguous f64 copies
 std::pair<Tensor, Tensor> LinearState::keys_of(const Tensor& k, const Tensor& v,
                                                std::int64_t T) const {
-  if (k.dtype() != DType::f32 && k.dtype() != DType::f64) {
-    throw Error("k", "dtype f32 or f64", std::string(dtype_name(k.dtype())));
+  if (!is_floating(k.dtype())) {
+    throw Error("k", "a floating dtype (f64, f32, bf16, f16)", std::string(dtype_name(k.dtype())));
   }
   attention::expect_tensor(k, "k", {B_, T, Hk_, D_}, k.dtype());
   attention::expect_tensor(v, "v", {B_, T, Hk_, Dv_}, k.dtype());
@@ -150,8 +150,8 @@ Tensor LinearState::step(const Tensor& q, const Tensor& k, const Tensor& v) {
       throw Error(name, "a 4-D tensor [B, 1, H, x]", t->defined() ? t->describe() : "undefined");
     }
   }
-  if (q.dtype() != DType::f32 && q.dtype() != DType::f64) {
-    throw Error("q", "dtype f32 or f64", std::string(dtype_name(q.dtype())));
+  if (!is_floating(q.dtype())) {
+    throw Error("q", "a floating dtype (f64, f32, bf16, f16)", std::string(dtype_name(q.dtype())));
   }
   const std::int64_t Hq = q.size(2);
   attention::expect_tensor(k, "k", {B_, 1, Hk_, D_}, q.dtype());

@@ -209,5 +209,17 @@ def test_refuses_bad_arguments():
         qkv.linear_attention(q, q, q, eps=0.0)
     with pytest.raises(ValueError, match="key_lengths"):
         qkv.linear_attention(q, q, q, key_lengths=[4])
-    with pytest.raises(ValueError, match="q"):
-        qkv.linear_attention(q.astype(np.float16), q, q)
+    with pytest.raises(ValueError, match="k"):
+        qkv.linear_attention(q.astype(np.float16), q, q)  # k float64
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_tensors_are_the_float32_kernel_rounded(dtype):
+    torch.manual_seed(6)
+    q, k, v = (torch.randn(1, 40, h, 8).to(dtype) for h in (2, 1, 1))
+    out = qkv.linear_attention(q, k, v, causal="top_left", feature_map="favor", num_features=16)
+    assert out.dtype == dtype
+    want = qkv.linear_attention(
+        q.float(), k.float(), v.float(), causal="top_left", feature_map="favor", num_features=16
+    )
+    assert torch.equal(out, want.to(dtype))

@@ -378,9 +378,34 @@ TEST(Favor, StabilizersKeepLargeInputsFinite) {
   }
 }
 
+// bf16 and f16 are storage: the result is the f32 kernel's on the widened inputs, rounded to the
+// inputs' dtype, bit for bit, forward and backward, for both feature maps.
+TEST(Linear, HalfInputsAreTheF32KernelOnTheirValues) {
+  for (const DType half : {DType::bf16, DType::f16}) {
+    for (const FeatureMap map : {FeatureMap::elu, FeatureMap::favor}) {
+      SCOPED_TRACE(std::string(dtype_name(half)) + (map == FeatureMap::favor ? " favor" : " elu"));
+      LinearInputs in =
+          make_inputs({2, 150, 150, 4, 2, 16, 8, Causal::top_left, {150, 99}}, half, 23);
+      in.options.feature_map = map;
+      const Tensor out = linear_attention(in.q, in.k, in.v, in.options);
+      const LinearGrads g = linear_attention_backward(in.dout, in.q, in.k, in.v, in.options);
+      EXPECT_EQ(out.dtype(), half);
+      EXPECT_EQ(g.dk.dtype(), half);
+      const auto wide = [](const Tensor& t) { return t.to(DType::f32); };
+      const Tensor want = linear_attention(wide(in.q), wide(in.k), wide(in.v), in.options);
+      const LinearGrads want_g =
+          linear_attention_backward(wide(in.dout), wide(in.q), wide(in.k), wide(in.v), in.options);
+      EXPECT_EQ(out.to_vector(), want.to(half).to_vector());
+      EXPECT_EQ(g.dq.to_vector(), want_g.dq.to(half).to_vector());
+      EXPECT_EQ(g.dk.to_vector(), want_g.dk.to(half).to_vector());
+      EXPECT_EQ(g.dv.to_vector(), want_g.dv.to(half).to_vector());
+    }
+  }
+}
+
 TEST(Linear, RefusesBadArguments) {
   const LinearInputs in = make_inputs({1, 4, 4, 2, 2, 4, 4, Causal::none, {}}, DType::f32, 14);
-  expect_error([&] { linear_attention(in.q.to(DType::bf16), in.k, in.v); }, "q");
+  expect_error([&] { linear_attention(in.q.to(DType::bf16), in.k, in.v); }, "k");  // k: f32
   expect_error([&] { linear_attention(in.q, in.k.to(DType::f64), in.v); }, "k");
   expect_error([&] { linear_attention(in.q, in.k.slice(3, 0, 2), in.v); }, "k");
   LinearOptions o;
