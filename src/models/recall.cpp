@@ -244,8 +244,9 @@ RecallTrainReport train_recall(RecallModel& model, const RecallTask& task,
       const double length =
           static_cast<double>(options.min_length) *
           std::pow(static_cast<double>(task.length) / static_cast<double>(options.min_length), f);
-      at.length = std::clamp<std::int64_t>(static_cast<std::int64_t>(length) / 64 * 64,
-                                           options.min_length, task.length);
+      at.length = f >= 1 ? task.length
+                         : std::clamp<std::int64_t>(static_cast<std::int64_t>(length) / 64 * 64,
+                                                    options.min_length, task.length);
       at.far = task.far * at.length / task.length;
     }
     const RecallBatch b = recall_batch(at, options.batch_size, generator);

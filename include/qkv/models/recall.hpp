@@ -102,10 +102,11 @@ struct RecallTrainOptions {
   double clip_norm = 1.0;
   std::uint64_t seed = 0;  // the training sequences
   // A curriculum of lengths: the sequences of step s are min_length * (length / min_length)^(s /
-  // (ramp * steps)) tokens (rounded down to a multiple of 64, the task's far scaled alike),
-  // reaching the task's length at ramp * steps and keeping it. Without one (min_length >= length),
-  // a fact among T tokens starts with 1 / T of the question's attention and the gradient that would
-  // find it: on the Zen 5 VM, full attention learns the task in 600 steps at T 64 (99.6%) but not
+  // r) tokens with r = min(ramp * steps, steps - 1) (rounded down to a multiple of 64 before step
+  // r, the task's far scaled alike), the task's length from step r on. Without one (min_length >=
+  // length), a fact among T tokens starts with 1 / T of the question's attention and of the
+  // gradient that would find it: on the Zen 5 VM (with one embedding row per fact token, 8 keys
+  // and values, 4 facts), full attention learned the task in 600 steps at T 64 (99.6%) but not
   // in 300 at T 256 (14.5%, chance 12.5%).
   std::int64_t min_length = 64;
   double ramp = 0.5;
