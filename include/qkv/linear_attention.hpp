@@ -112,12 +112,13 @@ class LinearState {
   LinearOptions options_;
   std::vector<double> omega_;  // favor: the features times sqrt(scale) [F, D]
   std::int64_t length_ = 0;
-  std::vector<double> S_, z_;  // [B, Hk, F, Dv], [B, Hk, F]
-  std::vector<double> unit_;   // favor: [B, Hk] the shift S and z are kept relative to
+  std::vector<double> S_, z_;     // [B, Hk, F, Dv], [B, Hk, F]
+  std::vector<double> unit_;      // favor: [B, Hk] the shift S and z are kept relative to
+  std::vector<double> features_;  // [F] one key's or query's features (take, attend)
 
   std::pair<Tensor, Tensor> keys_of(const Tensor& k, const Tensor& v, std::int64_t T) const;
   void take(std::int64_t b, std::int64_t hk, const double* k, const double* v);
-  void attend(std::int64_t b, std::int64_t hk, const double* q, double* out) const;
+  void attend(std::int64_t b, std::int64_t hk, const double* q, double* out);
 };
 
 }  // namespace qkv

@@ -61,6 +61,7 @@ LinearState::LinearState(std::int64_t B, std::int64_t Hk, std::int64_t D, std::i
   S_.assign(static_cast<std::size_t>(B * Hk * F_ * Dv), 0.0);
   z_.assign(static_cast<std::size_t>(B * Hk * F_), 0.0);
   unit_.assign(static_cast<std::size_t>(B * Hk), -std::numeric_limits<double>::infinity());
+  features_.assign(static_cast<std::size_t>(F_), 0.0);
 }
 
 // k [D], v [Dv] of (b, hk): S += phi(k) v^T, z += phi(k); under favor phi(k) relative to the
@@ -68,7 +69,7 @@ LinearState::LinearState(std::int64_t B, std::int64_t Hk, std::int64_t D, std::i
 void LinearState::take(std::int64_t b, std::int64_t hk, const double* k, const double* v) {
   double* S = S_.data() + (b * Hk_ + hk) * F_ * Dv_;
   double* z = z_.data() + (b * Hk_ + hk) * F_;
-  std::vector<double> f(static_cast<std::size_t>(F_));
+  std::vector<double>& f = features_;
   if (options_.feature_map == FeatureMap::favor) {
     const double m = favor_logits(omega_, k, D_, attention::favor_scale(options_, D_), true, f);
     double& unit = unit_[static_cast<std::size_t>(b * Hk_ + hk)];
@@ -92,10 +93,10 @@ void LinearState::take(std::int64_t b, std::int64_t hk, const double* k, const d
 }
 
 // q [D] of a query head of k/v head hk of batch b -> out [Dv] = phi(q)^T S / (phi(q) . z + eps)
-void LinearState::attend(std::int64_t b, std::int64_t hk, const double* q, double* out) const {
+void LinearState::attend(std::int64_t b, std::int64_t hk, const double* q, double* out) {
   const double* S = S_.data() + (b * Hk_ + hk) * F_ * Dv_;
   const double* z = z_.data() + (b * Hk_ + hk) * F_;
-  std::vector<double> a(static_cast<std::size_t>(F_));
+  std::vector<double>& a = features_;
   if (options_.feature_map == FeatureMap::favor) {
     const double m = favor_logits(omega_, q, D_, 0, false, a);
     const double factor = 1 / std::sqrt(static_cast<double>(F_));
