@@ -182,8 +182,8 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
         // every dS_ij of the row, by up to sum_c |dout_ic| times that. Added before the
         // multiplication by `factor` below, divided by it.
         double rounded_d = 0;
+        const double u = c.matrix_path ? limits(DType::bf16).epsilon / factor : 0;
         if (c.matrix_path) {
-          const double u = limits(DType::bf16).epsilon / factor;
           for (std::int64_t j = 0; j < Tk; ++j) {
             if (!(Pi[j] > 0)) continue;
             const double z = dropout_factor(o, b * Hq + h, i, j);
@@ -216,7 +216,8 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
           const bool tiny = p < edge;
           for (std::int64_t x = 0; x < Dv; ++x) {
             m.out[row * Dv + x] += pr * z * finite_abs(vj[x]);
-            m.dv[kv * Dv + x] += pr * z * finite_abs(doi[x]);
+            // (+ u: the backward's bf16 products round P_ij z_ij to bf16 before dO^T (P Z))
+            m.dv[kv * Dv + x] += (pr + u * p) * z * finite_abs(doi[x]);
             dp += finite_abs(doi[x]) * finite_abs(vj[x]);
             m.out_edge[row * Dv + x] |= static_cast<char>(tiny && !std::isfinite(vj[x]));
             m.dv_edge[kv * Dv + x] |= static_cast<char>(tiny && !std::isfinite(doi[x]));
@@ -242,7 +243,8 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
             const double t = std::tanh(raw[j] / o.softcap);
             slope_of_cap = std::max(1 - t * t, 1.0 / 64);
           }
-          const double g = std::abs(scale) * ds * slope_of_cap;
+          // (the backward's bf16 products round dS_ij to bf16 before dS K and dS^T Q)
+          const double g = std::abs(scale) * (ds + u * p * (z * dp + delta)) * slope_of_cap;
           for (std::int64_t x = 0; x < D; ++x) {
             m.dq[row * D + x] += g * finite_abs(kj[x]);
             m.dk[kv * D + x] += g * finite_abs(qi[x]);

@@ -38,7 +38,8 @@ struct Slack {
 };
 
 // A case with a forced matrix path (c.matrix_path) also gets the rounding of P to bf16 before P V
-// in out and, through D_i, in the backward's dS. For a mods case, P comes from
+// in out and, through D_i, in the backward's dS, and the backward's own rounding of P Z before
+// dO^T (P Z) in dv and of dS before dS K and dS^T Q in dq and dk. For a mods case, P comes from
 // flex_attention_weights, |s_ij| is bounded through the score
 // mod's steps (ModsCase::steps: scaled, capped, offset) and ds'/ds by the product of its factors.
 // c: a valid case; forward: the reference's forward of it (its out and lse give the backward's

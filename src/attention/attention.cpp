@@ -95,7 +95,7 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
     params.dbias = static_cast<T*>(dbias.data());
     params.dbias_index = attention::broadcast4<T>(dbias);
   }
-  attention::run_backward(params, reference, dout, out, lse, grads);
+  attention::run_backward(params, reference, prepared.inputs.all_bf16, dout, out, lse, grads);
   if (dbias.defined()) grads.dbias.copy_from(dbias);
 }
 

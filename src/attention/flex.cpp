@@ -93,8 +93,8 @@ void backward_as(const kernels::Dims& dims, const Tensor& dout, const Tensor& q,
     params.captured_ids = ids.data();
     params.captured_sizes = sizes.data();
     params.captured_grads = buffers.data();
-    attention::run_backward(params, attention::use_reference(options.backend), dout, out, lse,
-                            grads);
+    attention::run_backward(params, attention::use_reference(options.backend),
+                            prepared.inputs.all_bf16, dout, out, lse, grads);
   }
   for (std::size_t c = 0; c < n; ++c)
     grads.captured.push_back(sums[c].to(captured[c].tensor().dtype()));

@@ -79,14 +79,18 @@ bool reads_half_kv(Reader reader, const Tensor& k, const Tensor& v) {
 // for as long as params point into them.
 // Where q is in that format too (last dimension contiguous), q_half keeps it as it lies beside
 // its f32 copy: the tiled forward may then compute in bf16 products (kernels/half_kv.hpp).
+// all_bf16: the caller's q, k and v were all bf16.
 template <class T>
 struct ComputeInputs {
   Tensor q, k, v, q_half;
   kernels::HalfKind half = kernels::HalfKind::none;
+  bool all_bf16 = false;
 
   ComputeInputs(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                 Reader reader = Reader::any)
-      : q(readable<T>(q_in)) {
+      : q(readable<T>(q_in)),
+        all_bf16(q_in.dtype() == DType::bf16 && k_in.dtype() == DType::bf16 &&
+                 v_in.dtype() == DType::bf16) {
     if (reads_half_kv<T>(reader, k_in, v_in)) {
       k = k_in;
       v = v_in;
@@ -140,10 +144,11 @@ void run_forward(const kernels::FwdParams<T, S, M>& params, bool reference, Tens
 }
 
 // grads.dq, dk, dv (the caller's) <- the backward of params (q, k, v, mods, dbias and captured
-// set) from dout, out and lse as the forward returned them.
+// set) from dout, out and lse as the forward returned them. bf16_inputs: the caller's q, k and v
+// were bf16 (with a bf16 dout, the fused backward may compute in bf16 products).
 template <class T, class S, class M>
-void run_backward(const kernels::BwdParams<T, S, M>& params, bool reference, const Tensor& dout,
-                  const Tensor& out, const Tensor& lse, AttentionGrads& grads) {
+void run_backward(const kernels::BwdParams<T, S, M>& params, bool reference, bool bf16_inputs,
+                  const Tensor& dout, const Tensor& out, const Tensor& lse, AttentionGrads& grads) {
   const Tensor dout_r = readable<T>(dout);
   const Tensor out_r = readable<T>(out);
   const Tensor lse_r = lse.to(dtype_of<T>());
@@ -156,6 +161,7 @@ void run_backward(const kernels::BwdParams<T, S, M>& params, bool reference, con
   p.dq = rows_of<T>(dq.tensor());
   p.dk = rows_of<T>(dk.tensor());
   p.dv = rows_of<T>(dv.tensor());
+  p.bf16_inputs = bf16_inputs && dout.dtype() == DType::bf16;
   if (reference) {
     kernels::reference::backward(p);
   } else {

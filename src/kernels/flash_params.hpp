@@ -59,6 +59,9 @@ struct BwdParams : FwdParams<T, ScoreMod, MaskMod> {
   Rows<T> dq;          // [B, Tq, Hq, D]
   Rows<T> dk;          // [B, Tk, Hk, D]
   Rows<T> dv;          // [B, Tk, Hk, Dv]
+  // q, k, v and dout were all bf16 (the caller's dtype; here their values converted exactly):
+  // the fused backward may then compute its products in bf16 (kernels/cpu/bf16_grads-inl.h).
+  bool bf16_inputs = false;
   T* dbias = nullptr;
   Broadcast4<T> dbias_index;
   // The tensors a score mod captured whose gradients are asked for (qkv/captured.hpp): their ids,

@@ -648,10 +648,12 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--pass", opt->passes, "Only these passes (fwd, bwd)")
       ->check(CLI::IsMember({"fwd", "bwd"}))
       ->delimiter(',');
-  cmd->add_option("--dtype", opt->dtype,
-                  "Storage type of q, k, v, out (and dout, grads), accumulated in f32: bf16 "
-                  "forward rows from 1024 keys use bf16 products where the CPU has them (qkv "
-                  "info), other forward rows read K and V as stored, backward rows convert first")
+  cmd->add_option(
+         "--dtype", opt->dtype,
+         "Storage type of q, k, v, out (and dout, grads), accumulated in f32: bf16 "
+         "forward rows from 1024 keys use bf16 products where the CPU has them (qkv "
+         "info), other forward rows read K and V as stored; bf16 backward rows take bf16 products "
+         "where their forward does, other backward rows convert first")
       ->check(CLI::IsMember({"f32", "f64", "bf16", "f16"}));
   cmd->add_option("--layout", opt->layout,
                   "Where q, k, v, out, dout and the gradients lie: bthd ([B, T, H, D], "

@@ -14,12 +14,15 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/block_view.hpp"
+#include "kernels/cpu/bf16_grads-inl.h"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
 #include "kernels/cpu/large_buffer.hpp"
@@ -75,6 +78,16 @@ struct Packed {
   std::int64_t q_blocks = 0;
   // With soft-capping: 1 / sum_j P_ij per row [B, Hq, Tq] (inverse_row_sums).
   const T* inv_sigma = nullptr;
+  // The bf16 products (T = float, bf16 inputs, a matrix path; else null): then kt and vt are not
+  // packed, and the tiles' products go through it.
+  const Bf16Grads* bf16 = nullptr;
+
+  // The bf16 products' index of q-block qb of query head bh (b * Hq + h), and of k-block kb of
+  // k/v head `head`.
+  std::int64_t q_slot(std::int64_t bh, std::int64_t qb) const { return bh * q_blocks + qb; }
+  std::int64_t k_slot(std::int64_t head, std::int64_t kb) const {
+    return head * (tk_pad / kBk) + kb;
+  }
 };
 
 // One key chunk's share of dQ: the q-blocks that the chunk's tiles reach, each in a slot of kBq
@@ -153,9 +166,17 @@ void products_kept(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std
 // sets them to -inf. Decode shapes take their scores as the split-keys forward did: from
 // score_dot, or for a k/v head of kDecodeGroupedRows query rows or more from the same product
 // (each score the same chain of multiply-adds over D whatever the rows around it).
+// With packed.bf16, from the bf16 products (row0 = (b * Hq + h) * Tq + i0).
 template <class T>
-void tile_scores(const Dims& d, const Packed<T>& packed, std::int64_t head, std::int64_t row0,
-                 std::int64_t rows, std::int64_t j0, std::int64_t cols, T* S) {
+void tile_scores(const Dims& d, const Packed<T>& packed, T scale, std::int64_t head,
+                 std::int64_t row0, std::int64_t rows, std::int64_t j0, std::int64_t cols, T* S) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed.bf16 != nullptr) {
+      const std::int64_t bh = row0 / d.Tq, qb = row0 % d.Tq / kBq;
+      packed.bf16->scores(packed.q_slot(bh, qb), packed.k_slot(head, j0 / kBk), rows, scale, S);
+      return;
+    }
+  }
   const T* q = packed.q + row0 * d.D;
   if (d.Tq <= TileTraits::kDecodeMaxQueries && d.group() * d.Tq < TileTraits::kDecodeGroupedRows) {
     const T* k = packed.k + head * d.D * packed.tk_pad + j0 * d.D;  // this tile's rows, [kBk, D]
@@ -177,7 +198,7 @@ template <class T, class ScoreMod, class MaskMod>
 void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
                    const T* delta, std::int64_t b, std::int64_t h, std::int64_t i0,
                    std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
-                   BackwardScratch<T>& scratch, const DqPart<T>& dq_part,
+                   BackwardScratch<T>& scratch, Bf16Scratch* bf16_scratch, const DqPart<T>& dq_part,
                    const detail::CaptureSink<T>& sink) {
   const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
@@ -201,7 +222,7 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
 
   // forward: s = score_mod((scale q) . k), masked; P = exp(s - lse), with soft-capping divided
   // by its row sum (inv_sigma)
-  tile_scores(d, packed, head, row0, rows, j0, cols, P);
+  tile_scores(d, packed, p.scale, head, row0, rows, j0, cols, P);
   if (p.captured > 0) std::copy_n(P, rows * kBk, scratch.raw.get());
   score_tile(p, b, h, i0, rows, j0, cols, &kind, P, slope ? grad : static_cast<T*>(nullptr));
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -230,13 +251,27 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
     }
     PZ = pz;
   }
+  const Bf16Grads* bf16 = nullptr;
+  if constexpr (std::is_same_v<T, float>) bf16 = packed.bf16;
+  const std::int64_t q_slot = packed.q_slot(b * d.Hq + h, i0 / kBq);
+  const std::int64_t k_slot = packed.k_slot(head, j0 / kBk);
   if (rows_finite) {
-    gemm<false, true>(cols, d.Dv, rows, PZ, kBk, dob, d.Dv, scratch.dv.get(), d.Dv, true);
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16 != nullptr) bf16->add_dv(q_slot, rows, cols, PZ, *bf16_scratch);
+    }
+    if (bf16 == nullptr) {
+      gemm<false, true>(cols, d.Dv, rows, PZ, kBk, dob, d.Dv, scratch.dv.get(), d.Dv, true);
+    }
   }
 
   // dP = (dO V^T) * Z; dS = P * (dP - D_i), with D_i = rowsum(dO_i * O_i)
-  gemm<true>(rows, kBk, d.Dv, dob, d.Dv, packed.vt + head * d.Dv * packed.tk_pad + j0 * d.Dv, kBk,
-             dP, kBk, false);
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16 != nullptr) bf16->dp(q_slot, k_slot, rows, dP);
+  }
+  if (bf16 == nullptr) {
+    gemm<true>(rows, kBk, d.Dv, dob, d.Dv, packed.vt + head * d.Dv * packed.tk_pad + j0 * d.Dv, kBk,
+               dP, kBk, false);
+  }
   for (std::int64_t r = 0; r < rows; ++r) {
     T* dp = dP + r * kBk;
     const T* pr = P + r * kBk;
@@ -271,9 +306,19 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
     if (slope) row_mul(dp, grad + r * kBk);
   }
   // dQ += dS K (times the scale, applied once to the sum of the partials); dK += dS^T (scale Q)
+  // (with the bf16 products, dK^T += Q^T dS, the scale applied when the k-block is written)
   T* dq = dq_part.at(b * d.Hq + h, i0, d.D);
-  if (keys_finite) gemm(rows, d.D, cols, dP, kBk, k, d.D, dq, d.D, true);
-  if (rows_finite) gemm<false, true>(cols, d.D, rows, dP, kBk, q, d.D, scratch.dk.get(), d.D, true);
+  if constexpr (std::is_same_v<T, float>) {
+    if (bf16 != nullptr) {
+      bf16->add_dq_dk(q_slot, k_slot, rows, cols, dP, keys_finite, rows_finite, dq, *bf16_scratch);
+    }
+  }
+  if (bf16 == nullptr) {
+    if (keys_finite) gemm(rows, d.D, cols, dP, kBk, k, d.D, dq, d.D, true);
+    if (rows_finite) {
+      gemm<false, true>(cols, d.D, rows, dP, kBk, q, d.D, scratch.dk.get(), d.D, true);
+    }
+  }
   if (!rows_finite || !keys_finite) {
     products_kept(p, b, h, i0, rows, j0, cols, kind, lse_row, rows_finite, keys_finite, PZ, dP, q,
                   dob, k, dq, scratch.dk.get(), scratch.dv.get());
@@ -319,7 +364,7 @@ void inverse_row_sums(const FwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>&
         const TileKind kind = blocks.kind(b, h, i0 / kBq, kb);
         if (kind == TileKind::empty) continue;
         packed.ensure(head, kb);
-        tile_scores(d, packed, head, row0, rows, j0, cols, tile.get());
+        tile_scores(d, packed, p.scale, head, row0, rows, j0, cols, tile.get());
         score_tile(p, b, h, i0, rows, j0, cols, &kind, tile.get(), static_cast<T*>(nullptr));
         for (std::int64_t r = 0; r < rows; ++r) {
           if (lse[row0 + r] != kNegInf) sums[r] += row_exp(tile.get() + r * kBk, lse[row0 + r]);
@@ -338,7 +383,7 @@ template <class T, class ScoreMod, class MaskMod>
 void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
                    const T* delta, std::int64_t b_lo, std::int64_t b_hi, std::int64_t hk_lo,
                    std::int64_t hk_hi, std::int64_t kb_lo, std::int64_t kb_hi,
-                   BackwardScratch<T>& scratch, const DqPart<T>& dq_part,
+                   BackwardScratch<T>& scratch, Bf16Scratch* bf16_scratch, const DqPart<T>& dq_part,
                    const detail::CaptureSink<T>& sink) {
   const Dims& d = p.dims;
   const BlockView blocks(p.blocks);
@@ -352,6 +397,10 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
         const std::int64_t cols = std::min(kBk, d.Tk - j0);
         std::fill(scratch.dk.get(), scratch.dk.get() + cols * d.D, T(0));
         std::fill(scratch.dv.get(), scratch.dv.get() + cols * d.Dv, T(0));
+        if (bf16_scratch != nullptr) {
+          std::fill(bf16_scratch->dkt.get(), bf16_scratch->dkt.get() + d.D * kBk, 0.0f);
+          std::fill(bf16_scratch->dvt.get(), bf16_scratch->dvt.get() + d.Dv * kBk, 0.0f);
+        }
         for (std::int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
           const KeyRange queries = blocks.q_span(b, h, kb);  // in q-blocks
           for (std::int64_t qb = queries.lo; qb < queries.hi; ++qb) {
@@ -362,8 +411,18 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
             if (rows <= 0) continue;
             packed.ensure(b * d.Hk + hk, kb);
             packed.ensure_rows(b * d.Hq + h, qb);
-            backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch, dq_part,
-                          sink);
+            backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch,
+                          bf16_scratch, dq_part, sink);
+          }
+        }
+        if (bf16_scratch != nullptr) {  // the transposed sums of the bf16 products added
+          const float* dkt = bf16_scratch->dkt.get();
+          const float* dvt = bf16_scratch->dvt.get();
+          for (std::int64_t c = 0; c < cols; ++c) {
+            T* dk = scratch.dk.get() + c * d.D;
+            T* dv = scratch.dv.get() + c * d.Dv;
+            for (std::int64_t x = 0; x < d.D; ++x) dk[x] += p.scale * dkt[x * kBk + c];
+            for (std::int64_t x = 0; x < d.Dv; ++x) dv[x] += dvt[x * kBk + c];
           }
         }
         for (std::int64_t c = 0; c < cols; ++c) {
@@ -399,6 +458,20 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   const std::int64_t q_blocks = (d.Tq + kBq - 1) / kBq;
   std::vector<std::uint8_t> qo_finite(static_cast<size_t>(d.B * d.Hq * q_blocks));
   Packed<T> packed;
+  packed.q_blocks = q_blocks;
+  packed.tk_pad = round_up(d.Tk, kBk);
+  const std::int64_t k_tiles = packed.tk_pad / kBk;
+  // The bf16 products where the forward took them for the same inputs (flash_fwd.cpp's
+  // forward_tiled: the same path, from as many keys, not a decode shape), so that P is the
+  // forward's.
+  std::optional<Bf16Grads> bf16;
+  if constexpr (std::is_same_v<T, float>) {
+    MatrixPath path;
+    if (p.bf16_inputs && d.Tq > TileTraits::kDecodeMaxQueries && fused_bf16_path(d.Tk, path)) {
+      bf16.emplace(d, path, q_blocks, k_tiles);
+      packed.bf16 = &*bf16;
+    }
+  }
   const PackOnce rows_once(d.B * d.Hq * q_blocks);
   packed.ensure_rows = [&](std::int64_t head, std::int64_t qb) {
     rows_once.ensure(head * q_blocks + qb, [&] {
@@ -415,16 +488,22 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
         scale_rows(p.q.at(b, i, h), d.D, 1, d.D, p.scale, q_heads.get() + row * d.D);
         std::copy_n(dout, d.Dv, dout_heads.get() + row * d.Dv);
       }
+      if constexpr (std::is_same_v<T, float>) {
+        if (bf16) {
+          bf16->pack_rows(packed.q_slot(head, qb), p.q.at(b, i0, h), p.q.row, p.dout.at(b, i0, h),
+                          p.dout.row, rows);
+        }
+      }
       qo_finite[static_cast<size_t>(head * q_blocks + qb)] =
           all_finite(q_heads.get() + first * d.D, rows * d.D) &&
           all_finite(dout_heads.get() + first * d.Dv, rows * d.Dv);
     });
   };
-  packed.tk_pad = round_up(d.Tk, kBk);
-  const auto kt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
-  const auto vt = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.Dv * packed.tk_pad));
+  // K^T and V^T only for the f32 products; K (rows) always: products_kept reads it.
+  const std::int64_t transposed = bf16 ? 1 : d.B * d.Hk * packed.tk_pad;
+  const auto kt = allocate_large<T>(static_cast<size_t>(transposed * d.D));
+  const auto vt = allocate_large<T>(static_cast<size_t>(transposed * d.Dv));
   const auto kp = allocate_large<T>(static_cast<size_t>(d.B * d.Hk * d.D * packed.tk_pad));
-  const std::int64_t k_tiles = packed.tk_pad / kBk;
   std::vector<std::uint8_t> k_finite(static_cast<size_t>(d.B * d.Hk * k_tiles));
   const PackOnce once(d.B * d.Hk * k_tiles);
   packed.ensure = [&](std::int64_t head, std::int64_t kb) {
@@ -432,10 +511,16 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
       const std::int64_t b = head / d.Hk, hk = head % d.Hk, j0 = kb * kBk;
       const std::int64_t n = std::min(kBk, d.Tk - j0);
       const std::int64_t tile = head * k_tiles + kb;
-      pack_transposed(p.k.at(b, j0, hk), p.k.row, n, d.D, kBk, kt.get() + tile * kBk * d.D);
       T* k_rows = kp.get() + tile * kBk * d.D;
       pack_rows(p.k.at(b, j0, hk), p.k.row, n, d.D, kBk, k_rows);
       k_finite[static_cast<size_t>(tile)] = all_finite(k_rows, kBk * d.D);
+      if constexpr (std::is_same_v<T, float>) {
+        if (bf16) {
+          bf16->pack_keys(tile, p.k.at(b, j0, hk), p.k.row, p.v.at(b, j0, hk), p.v.row, n);
+          return;
+        }
+      }
+      pack_transposed(p.k.at(b, j0, hk), p.k.row, n, d.D, kBk, kt.get() + tile * kBk * d.D);
       pack_transposed(p.v.at(b, j0, hk), p.v.row, n, d.Dv, kBk, vt.get() + tile * kBk * d.Dv);
     });
   };
@@ -446,7 +531,6 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   packed.dout = dout_heads.get();
   packed.k_finite = k_finite.data();
   packed.qo_finite = qo_finite.data();
-  packed.q_blocks = q_blocks;
   std::vector<T> inv_sigma;
   if (renormalizes(p.score_mod)) {
     inv_sigma.resize(static_cast<size_t>(rows_all));
@@ -521,6 +605,8 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
 #pragma omp parallel if (!serial)
   {
     BackwardScratch<T> scratch(d.D, d.Dv);
+    std::optional<Bf16Scratch> bf16_scratch;
+    if (bf16) bf16_scratch.emplace(bf16->cols_d(), bf16->cols_dv());
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
       const std::int64_t chunk = item % chunks;
@@ -532,7 +618,8 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
           p.captured_ids, captured_grads.data() + (serial ? 0 : item) * p.captured, p.captured};
       backward_item(p, packed, lse.get(), delta.get(), b_lo, shared_b ? d.B : bi + 1, hk_lo,
                     shared_h ? d.Hk : hi + 1, chunk * k_blocks / chunks,
-                    (chunk + 1) * k_blocks / chunks, scratch, parts[static_cast<size_t>(chunk)],
+                    (chunk + 1) * k_blocks / chunks, scratch,
+                    bf16_scratch ? &*bf16_scratch : nullptr, parts[static_cast<size_t>(chunk)],
                     sink);
     }
   }

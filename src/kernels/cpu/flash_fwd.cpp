@@ -25,6 +25,7 @@
 #include "kernels/cpu/key_tiles-inl.h"
 #include "kernels/cpu/large_buffer.hpp"
 #include "kernels/cpu/pair_tiles.hpp"
+#include "kernels/cpu/round_bf16-inl.h"
 #include "kernels/cpu/softmax_state-inl.h"
 #include "kernels/cpu/tile-inl.h"
 
@@ -148,31 +149,6 @@ class Bf16Products {
   }
 
  private:
-  // dst [n] <- x [n] rounded to bf16 bits as f32_to_bf16_bits does (nearest even, NaN made
-  // quiet), in vectors: one element at a time, it cost as much as the tile's products.
-  static void round_bf16(const float* x, std::uint16_t* dst, std::int64_t n) {
-    const hn::ScalableTag<float> df;
-    const hn::RebindToSigned<decltype(df)> di;
-    const hn::Rebind<std::uint16_t, decltype(df)> d16;
-    const auto L = static_cast<std::int64_t>(hn::Lanes(df));
-    const auto half = hn::Set(di, 0x7fff);
-    const auto one = hn::Set(di, 1);
-    const auto quiet = hn::Set(di, 0x40);
-    const auto low16 = hn::Set(di, 0xffff);
-    std::int64_t i = 0;
-    for (; i + L <= n; i += L) {
-      const auto v = hn::LoadU(df, x + i);
-      const auto bits = hn::BitCast(di, v);
-      const auto top = hn::And(hn::ShiftRight<16>(bits), low16);  // the upper 16 bits
-      const auto even = hn::And(top, one);
-      const auto rounded = hn::And(hn::ShiftRight<16>(hn::Add(bits, hn::Add(half, even))), low16);
-      const auto out =
-          hn::IfThenElse(hn::RebindMask(di, hn::IsNaN(v)), hn::Or(top, quiet), rounded);
-      hn::StoreU(hn::DemoteTo(d16, out), d16, dst + i);
-    }
-    for (; i < n; ++i) dst[i] = f32_to_bf16_bits(x[i]);
-  }
-
   const FwdParams<float, ScoreMod, MaskMod>& p_;
   PairTiles& pairs_;
   MatrixPath path_;
