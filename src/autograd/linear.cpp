@@ -1,5 +1,6 @@
 // Linear attention as one node: qkv::linear_attention forward, qkv::linear_attention_backward
 // (which recomputes the forward) as its backward.
+#include <optional>
 #include <vector>
 
 #include "autograd/kernels.hpp"
@@ -10,7 +11,15 @@ namespace qkv::autograd {
 
 // q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv]
 Var linear_attention(const Var& q, const Var& k, const Var& v, const LinearOptions& options) {
-  kernels::expect_floating(q.value(), "q");
+  kernels::expect_any_floating(q.value(), "q");
+  const std::optional<DType> autocast = autocast_dtype();
+  if (autocast && q.dtype() == DType::f32) {
+    // out = linear_attention(q, k, v) in the autocast dtype: q, k, v and out rounded to it (the
+    // kernel computes in f32 between); out in f32
+    return cast(
+        linear_attention(cast(q, *autocast), cast(k, *autocast), cast(v, *autocast), options),
+        DType::f32);
+  }
   const Tensor qv = q.value(), kv = k.value(), vv = v.value();
   // out = linear_attention(q, k, v)
   return detail::record(qkv::linear_attention(qv, kv, vv, options), {&q, &k, &v},

@@ -31,6 +31,19 @@ inline std::string shapes_of(const std::vector<Tensor>& inputs) {
   return s;
 }
 
+// a and b hold the same dtype, shape and values (the first element that differs is reported).
+inline void expect_bitwise_equal(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  for (std::size_t n = 0; n < x.size(); ++n) {
+    if (x[n] != y[n]) {
+      ADD_FAILURE() << what << ": element " << n << " is " << x[n] << " and " << y[n];
+      return;
+    }
+  }
+}
+
 // gradcheck(f, inputs) passes; the case and the result are printed either way.
 inline void expect_gradcheck(const std::string& name, const autograd::GradcheckFunction& f,
                              const std::vector<Tensor>& inputs, GradcheckOptions options = {}) {

@@ -57,6 +57,52 @@ TEST(LinearAttentionNode, ChainsLikeTheKernelsBackward) {
   const Tensor dx = ag::matmul(Var(g.dq), ag::transpose(Var(w0), 0, 1)).value();
   EXPECT_LT(relative_difference(x.grad(), dx), 1e-14);
   EXPECT_THROW(ag::linear_attention(Var(x0.to(DType::bf16)), Var(k0), Var(v0)), Error);
+  EXPECT_THROW(ag::linear_attention(Var(x0.to(DType::boolean)), Var(k0), Var(v0)), Error);
+}
+
+// Half Vars are the kernel's half storage, and an Autocast rounds f32 q, k, v to its dtype: the
+// same bits as the kernel's forward and backward on the rounded values, out and the gradients
+// back in f32, for both feature maps.
+TEST(LinearAttentionNode, HalfAndAutocastEqualTheKernelOnRoundedValues) {
+  for (const FeatureMap map : {FeatureMap::elu, FeatureMap::favor}) {
+    for (const DType dtype : {DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (map == FeatureMap::favor ? " favor" : ""));
+      LinearOptions o;
+      o.feature_map = map;
+      o.causal = Causal::top_left;
+      o.key_lengths = {70, 41};
+      const Tensor q0 = random({2, 70, 4, 8}, 21).to(DType::f32);
+      const Tensor k0 = random({2, 70, 2, 8}, 22).to(DType::f32);
+      const Tensor v0 = random({2, 70, 2, 8}, 23).to(DType::f32);
+      const Tensor dout = random({2, 70, 4, 8}, 24).to(DType::f32);
+      const Tensor qh = q0.to(dtype), kh = k0.to(dtype), vh = v0.to(dtype);
+      const Tensor want = linear_attention(qh, kh, vh, o);
+      const LinearGrads g = linear_attention_backward(dout.to(dtype), qh, kh, vh, o);
+
+      Var q(q0, true), k(k0, true), v(v0, true);
+      Var out;
+      {
+        ag::Autocast autocast(dtype);
+        out = ag::linear_attention(q, k, v, o);
+      }
+      EXPECT_EQ(out.dtype(), DType::f32);
+      expect_bitwise_equal(out.value(), want.to(DType::f32), "autocast out");
+      out.backward(dout);
+      expect_bitwise_equal(q.grad(), g.dq.to(DType::f32), "autocast dq");
+      expect_bitwise_equal(k.grad(), g.dk.to(DType::f32), "autocast dk");
+      expect_bitwise_equal(v.grad(), g.dv.to(DType::f32), "autocast dv");
+
+      Var qx(qh, true), kx(kh, true), vx(vh, true);
+      const Var half_out = ag::linear_attention(qx, kx, vx, o);
+      EXPECT_EQ(half_out.dtype(), dtype);
+      expect_bitwise_equal(half_out.value(), want, "half out");
+      half_out.backward(dout.to(dtype));
+      expect_bitwise_equal(qx.grad(), g.dq, "half dq");
+      expect_bitwise_equal(vx.grad(), g.dv, "half dv");
+      EXPECT_LT(relative_difference(out.value(), linear_attention(q0, k0, v0, o)),
+                dtype == DType::bf16 ? 0.03 : 0.004);
+    }
+  }
 }
 
 }  // namespace

@@ -40,18 +40,6 @@ void expect_within_one_ulp(const Tensor& got, const Tensor& want, DType dtype,
                        << w[worst];
 }
 
-void expect_bitwise_equal(const Tensor& a, const Tensor& b, const std::string& what) {
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  const std::vector<double> x = a.to_vector(), y = b.to_vector();
-  for (std::size_t n = 0; n < x.size(); ++n) {
-    if (x[n] != y[n]) {
-      ADD_FAILURE() << what << ": element " << n << " is " << x[n] << " and " << y[n];
-      return;
-    }
-  }
-}
-
 TEST(Cast, ValuesAreTheTensorConversionAndTheGradientGoesBack) {
   const Tensor x0 = random({3, 5}, 1, -3, 3).to(DType::f32);
   for (const DType dtype : {DType::bf16, DType::f16, DType::f64}) {

@@ -166,6 +166,8 @@ Var flex_attention(const Var& q, const Var& k, const Var& v, const ScoreMod& sco
 // q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv]:
 // qkv::linear_attention (qkv/linear_attention.hpp) as one node whose backward is
 // qkv::linear_attention_backward, which recomputes the forward (the node saves only q, k and v).
+// q, k, v may be bf16 or f16 (the kernel's half storage, computed in f32); under an Autocast, f32
+// q, k, v are rounded to its dtype, and out comes back in f32.
 Var linear_attention(const Var& q, const Var& k, const Var& v, const LinearOptions& options = {});
 
 // --- scores.cpp -----------------------------------------------------------------------------
