@@ -176,23 +176,26 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
         double delta = 0;  // |dout_i| . |out_i|
         for (std::int64_t x = 0; x < Dv; ++x) delta += finite_abs(doi[x]) * finite_abs(oi[x]);
         const double* Pi = P.data() + ((b * Hq + h) * Tq + i) * Tk;
-        // bf16 products: the forward rounds each P_ij to bf16 before P V, which moves out_ic by
-        // up to u sum_j P_ij z_ij |v_jc| (u = 2^-8 rounding to nearest; epsilon, 2^-7, allows
-        // for the products' own f32 steps), and the backward's D_i = dout_i . out_i, read by
-        // every dS_ij of the row, by up to sum_c |dout_ic| times that. Added before the
-        // multiplication by `factor` below, divided by it.
-        double rounded_d = 0;
+        // The backward's D_i = dout_i . out_i reads out_i as the forward computed it, off by up
+        // to its slack: every dS_ij of the row inherits sum_c |dout_ic| times that, which
+        // |dout_i| . |out_i| does not bound where out_i cancels terms far larger than itself
+        // (an f64 case, softcap 20, dout_i of size 1e6: dk 1.27x that slack). So d_error sums
+        // |dout_ic| times out_ic's magnitudes; and with bf16 products (c.matrix_path) the
+        // forward rounds each P_ij to bf16 before P V, which moves out_ic by up to u sum_j P_ij
+        // z_ij |v_jc| more (u = 2^-8 rounding to nearest; epsilon, 2^-7, allows for the
+        // products' own f32 steps). Before the multiplication by `factor` below (u divided by
+        // it).
+        double d_error = 0;
         const double u = c.matrix_path ? limits(DType::bf16).epsilon / factor : 0;
-        if (c.matrix_path) {
-          for (std::int64_t j = 0; j < Tk; ++j) {
-            if (!(Pi[j] > 0)) continue;
-            const double z = dropout_factor(o, b * Hq + h, i, j);
-            const double* vj = v.data() + ((b * Tk + j) * Hk + hk) * Dv;
-            for (std::int64_t x = 0; x < Dv; ++x) {
-              const double moved = u * Pi[j] * z * finite_abs(vj[x]);
-              m.out[row * Dv + x] += moved;
-              rounded_d += finite_abs(doi[x]) * moved;
-            }
+        for (std::int64_t j = 0; j < Tk; ++j) {
+          if (!(Pi[j] > 0)) continue;
+          const double z = dropout_factor(o, b * Hq + h, i, j);
+          const double* vj = v.data() + ((b * Tk + j) * Hk + hk) * Dv;
+          const double pr = rounding_of_p * Pi[j] + lost_p;
+          for (std::int64_t x = 0; x < Dv; ++x) {
+            const double moved = u * Pi[j] * z * finite_abs(vj[x]);
+            m.out[row * Dv + x] += moved;
+            d_error += finite_abs(doi[x]) * (moved + pr * z * finite_abs(vj[x]));
           }
         }
         const bool dout_finite = all_finite(doi, Dv);
@@ -232,7 +235,7 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
             if (!m.dbias.empty()) m.dbias_edge[bias_at(b, h, i, j)] = 1;
             if (table) m.captured_edge[cell(h, i, j)] = 1;
           }
-          const double ds = pr * (z * dp + delta) + p * rounded_d;
+          const double ds = pr * (z * dp + delta) + p * d_error;
           if (!m.dbias.empty()) m.dbias[bias_at(b, h, i, j)] += ds;
           if (table) m.captured[cell(h, i, j)] += ds;
           // d(softcap)/ds = 1 - tanh^2, at least 1/64: both backends compute it as (1 - t)(1 +
