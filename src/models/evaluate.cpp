@@ -34,6 +34,9 @@ Evaluation evaluate(Translator& model, const Vocabulary& source, const Vocabular
     throw Error("options.batch_size", ">= 1", std::to_string(options.batch_size));
   }
   if (options.beam < 1) throw Error("options.beam", ">= 1", std::to_string(options.beam));
+  if (options.keep_attention < 0) {
+    throw Error("options.keep_attention", ">= 0", std::to_string(options.keep_attention));
+  }
   const auto& bounds = options.bucket_bounds;
   if (bounds.size() < 2 || !std::is_sorted(bounds.begin(), bounds.end())) {
     throw Error("options.bucket_bounds", "at least two increasing bounds",
@@ -46,6 +49,7 @@ Evaluation evaluate(Translator& model, const Vocabulary& source, const Vocabular
   AlignmentCount alignment;
   double decode_seconds = 0;
   const auto batch = static_cast<std::size_t>(options.batch_size);
+  std::vector<Tensor> kept;  // [H, T_i, S_i] per kept pair
   for (std::size_t begin = 0; begin < pairs.size(); begin += batch) {
     const std::size_t end = std::min(pairs.size(), begin + batch);
     const auto [source_batch, target_in] = batches(pairs, begin, end, source, target);
@@ -78,6 +82,28 @@ Evaluation evaluate(Translator& model, const Vocabulary& source, const Vocabular
       const AlignmentCount c = alignment_hits(w, pairs[i].alignment);
       alignment.hits += c.hits;
       alignment.total += c.total;
+      if (static_cast<std::int64_t>(i) < options.keep_attention) {
+        const auto rows = static_cast<std::int64_t>(pairs[i].target.size()) + 1;
+        const auto keys = static_cast<std::int64_t>(source.encode(pairs[i].source).size());
+        kept.push_back(w.slice(1, 0, rows).slice(2, 0, keys).to(DType::f32));
+        e.attention.query_lengths.push_back(rows);
+        e.attention.key_lengths.push_back(keys);
+      }
+    }
+  }
+  if (!kept.empty()) {
+    std::int64_t rows = 0, keys = 0;
+    for (const Tensor& w : kept) {
+      rows = std::max(rows, w.size(1));
+      keys = std::max(keys, w.size(2));
+    }
+    const auto n = static_cast<std::int64_t>(kept.size());
+    e.attention.weights = Tensor::zeros({n, kept[0].size(0), rows, keys}, DType::f32);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const Tensor& w = kept[static_cast<std::size_t>(i)];
+      Tensor into =
+          e.attention.weights.slice(0, i, i + 1).slice(2, 0, w.size(1)).slice(3, 0, w.size(2));
+      into.copy_from(w.reshape({1, w.size(0), w.size(1), w.size(2)}));
     }
   }
   e.seconds = decode_seconds;

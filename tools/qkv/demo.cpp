@@ -27,6 +27,7 @@
 #include "qkv/progress.hpp"
 #include "qkv/safetensors.hpp"
 #include "qkv/system.hpp"
+#include "qkv/viz/diagnostics.hpp"
 #include "qkv/viz/heatmap.hpp"
 
 namespace qkv::cli {
@@ -79,6 +80,43 @@ std::vector<SentencePair> held_out(const std::vector<SentencePair>& train, std::
     ++drawn;
   }
   return out;
+}
+
+// The held-out sentences whose teacher-forced cross-attention the diagnostics read.
+constexpr std::int64_t kDiagnosedSentences = 200;
+
+// Prints the verdict of every head of the last decoder layer's cross-attention
+// (qkv::viz::diagnose, against the corpus's alignments) and returns them for summary.json.
+nlohmann::json print_diagnostics(const models::Evaluation& e,
+                                 const std::vector<SentencePair>& test) {
+  const models::KeptAttention& kept = e.attention;
+  std::vector<std::vector<std::vector<std::int64_t>>> alignments;
+  for (std::size_t i = 0; i < kept.query_lengths.size(); ++i) {
+    alignments.push_back(test[i].alignment);
+  }
+  viz::DiagnosticsOptions options;
+  options.query_lengths = kept.query_lengths;
+  options.key_lengths = kept.key_lengths;
+  nlohmann::json heads = nlohmann::json::array();
+  if (!kept.weights.defined()) return heads;
+  std::printf(
+      "\nattention diagnostics (the last decoder layer's cross-attention, %zu held-out "
+      "sentences read teacher-forced):\n",
+      kept.query_lengths.size());
+  for (const viz::HeadDiagnostics& d : viz::diagnose(kept.weights, alignments, options)) {
+    std::printf("  %s\n", viz::verdict_line(d).c_str());
+    heads.push_back({{"head", d.head},
+                     {"verdict", viz::verdict_name(d.verdict)},
+                     {"rows", d.rows},
+                     {"entropy", d.entropy},
+                     {"uniform_entropy", d.uniform_entropy},
+                     {"normalized_entropy", d.normalized_entropy},
+                     {"max_weight", d.max_weight},
+                     {"mean_distance", d.mean_distance},
+                     {"aligned_rows", d.aligned_rows},
+                     {"alignment_accuracy", d.alignment_accuracy.value_or(0.0)}});
+  }
+  return heads;
 }
 
 std::string alignment_string(const SentencePair& p) {
@@ -190,6 +228,7 @@ void run_demo(const DemoOptions& o) {
 
   // 3. Evaluation
   models::EvaluationOptions greedy;
+  greedy.keep_attention = kDiagnosedSentences;
   const models::Evaluation e = models::evaluate(model, source, target, test, greedy);
   std::printf(
       "\nheld out, greedy (%lld sentences, %.1f s): exact match %.1f%%, BLEU %.1f, "
@@ -211,6 +250,7 @@ void run_demo(const DemoOptions& o) {
                 models::join_words(test[i].target).c_str(),
                 models::join_words(e.hypotheses[i]).c_str());
   }
+  const nlohmann::json diagnostics = print_diagnostics(e, test);
   const std::vector<SentencePair> beam_test(
       test.begin(), test.begin() + std::min<std::int64_t>(o.beam_sentences, e.sentences));
   models::EvaluationOptions beam_options;
@@ -300,6 +340,7 @@ void run_demo(const DemoOptions& o) {
         {"bleu", beam.bleu}}},
       {"model", model_path.string()},
       {"heatmaps", heatmaps},
+      {"diagnostics", diagnostics},
   };
   std::ofstream summary_file(out / "summary.json");
   summary_file << summary.dump(2) << "\n";

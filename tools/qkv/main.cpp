@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   qkv::cli::add_translate(app);
   qkv::cli::add_info(app);
   qkv::cli::add_heatmap(app);
+  qkv::cli::add_inspect(app);
 #ifdef QKV_WITH_BENCH
   qkv::cli::add_bench(app);
 #endif

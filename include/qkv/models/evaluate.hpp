@@ -15,6 +15,18 @@ struct EvaluationOptions {
   double length_alpha = 0.6;
   // Source-length buckets for BLEU and exact match: [bounds[i], bounds[i + 1]).
   std::vector<std::int64_t> bucket_bounds = {3, 11, 21, 31, 41};
+  // Keep the teacher-forced cross-attention of the first this many pairs (Evaluation::attention).
+  std::int64_t keep_attention = 0;
+};
+
+// The last decoder layer's cross-attention while the decoder reads the reference, for the first
+// EvaluationOptions::keep_attention pairs: weights [n, H, T, S] (f32, zero past each pair's
+// lengths), row t of pair i predicting target word t (row T_i, the last, predicts the end);
+// query_lengths[i] = its target words + 1, key_lengths[i] = its source tokens. For
+// qkv::viz::diagnose with the pairs' alignments.
+struct KeptAttention {
+  Tensor weights;
+  std::vector<std::int64_t> query_lengths, key_lengths;
 };
 
 struct BucketScore {
@@ -32,6 +44,7 @@ struct Evaluation {
   std::vector<BucketScore> buckets;
   std::vector<Words> hypotheses;  // one per sentence
   double seconds = 0;             // decoding, alignment excluded
+  KeptAttention attention;        // with EvaluationOptions::keep_attention
 };
 
 // Translates every pair's source and scores it against the target. Alignment: the last decoder

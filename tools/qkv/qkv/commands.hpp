@@ -12,6 +12,8 @@ CLI::App* add_demo_variants(CLI::App& demo);
 void add_translate(CLI::App& app);  // a model saved by demo, on new sentences
 // qkv heatmap FILE.safetensors: attention weights drawn as PNG or SVG (qkv::viz).
 void add_heatmap(CLI::App& app);
+// qkv inspect FILE.safetensors: per-head diagnostics and verdicts (qkv::viz::diagnose).
+void add_inspect(CLI::App& app);
 // Built with QKV_BUILD_BENCH (it needs bench/qkv_bench); main.cpp registers it when present.
 void add_bench(CLI::App& app);
 
