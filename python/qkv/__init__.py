@@ -56,6 +56,7 @@ __all__ = [
     "attention_weights",
     "cpu_features",
     "get_num_threads",
+    "inspect",
     "LinearState",
     "favor_features",
     "linear_attention",
@@ -455,6 +456,69 @@ def linear_attention_backward(dout: Array, q: Array, k: Array, v: Array, **optio
     the forward is recomputed (it saves nothing)."""
     arrays = [_array(x) for x in (dout, q, k, v)]
     return _qkv.linear_backward(*arrays, *_linear_options(**options), _is_torch(q))
+
+
+def _alignment_rows(rows: Any) -> list:
+    """One batch's alignment: per row an int (the key; -1 or None: unknown) or a sequence of
+    ints -> a list of lists."""
+    out = []
+    for row in rows:
+        if row is None:
+            out.append([])
+            continue
+        try:
+            j = operator.index(row)
+            out.append([] if j == -1 else [j])
+            continue
+        except TypeError:
+            pass
+        try:
+            out.append([operator.index(j) for j in row])
+        except TypeError:
+            raise ValueError(
+                f"alignments: expected per row an integer key or a list of them, got {row!r}"
+            ) from None
+    return out
+
+
+def inspect(
+    weights: Array,
+    alignments: Optional[Sequence[Any]] = None,
+    *,
+    causal: bool = False,
+    key_lengths: Optional[Sequence[int]] = None,
+    query_lengths: Optional[Sequence[int]] = None,
+    uniform: float = 0.9,
+    sharp: float = 0.5,
+    right: float = 0.5,
+) -> list:
+    """Attention as a debugging tool: weights [B, H, Tq, Tk] or [H, Tq, Tk] (numpy or torch,
+    each row a distribution over the keys it may attend) -> one dict per head: the mean entropy
+    of its rows (nats) against the uniform distribution's over the keys each row may attend
+    (causal: keys 0..i; key_lengths per batch), their ratio, the mean peak weight, the mean
+    attended distance sum_j p_ij |i - j|, with alignments the fraction of rows whose argmax is an
+    aligned key, and a verdict: "uniform" (normalized entropy >= uniform: not learned),
+    "diffuse", "sharp" (<= sharp), "sharp and right" / "sharp and wrong" (argmax on the
+    alignment in at least / less than `right` of the rows), or "empty"; "line" says it in words.
+    alignments: per batch (for [H, Tq, Tk] weights: the one batch's rows), per row an int key
+    (-1 or None: unknown) or a list of keys. Rows past query_lengths[b] are left out."""
+    w = _array(weights.detach() if _is_torch(weights) else weights)
+    batches: list = []
+    if alignments is not None:
+        if len(w.shape) == 3:
+            batches = [_alignment_rows(alignments)]
+        else:
+            batches = [_alignment_rows(rows) for rows in alignments]
+    return _qkv.diagnose(
+        w,
+        batches,
+        bool(causal),
+        _ints("key_lengths", key_lengths),
+        _ints("query_lengths", query_lengths),
+        _number("uniform", uniform),
+        _number("sharp", sharp),
+        _number("right", right),
+    )
 
 
 def _needs_grad(*arrays: Optional[Array]) -> bool:

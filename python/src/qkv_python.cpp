@@ -5,7 +5,7 @@
 // handed to numpy or torch without a copy; a capsule keeps their storage alive (arrays.hpp). The
 // Python layer (qkv/__init__.py) turns keyword options into the arguments below and picks the
 // output kind; qkv::Error becomes ValueError with its message. flex_attention and its mods:
-// flex_python.cpp; linear attention: linear_python.cpp.
+// flex_python.cpp; linear attention: linear_python.cpp; diagnostics of weights: inspect_python.cpp.
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -22,6 +22,7 @@
 
 #include "arrays.hpp"
 #include "flex_python.hpp"
+#include "inspect_python.hpp"
 #include "linear_python.hpp"
 #include "qkv/attention.hpp"
 #include "qkv/error.hpp"
@@ -154,6 +155,7 @@ NB_MODULE(_qkv, m) {
   m.def("weights", &weights, "q"_a, "k"_a, "options"_a, "torch"_a);
   qkv_python::bind_flex(m);
   qkv_python::bind_linear(m);
+  qkv_python::bind_inspect(m);
 
   // What the extension sees of an array it receives: (address, element strides). Tests compare
   // the address with the caller's to show that no copy was made.
