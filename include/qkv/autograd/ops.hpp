@@ -104,6 +104,16 @@ Var masked_fill(const Var& x, const Tensor& mask, double value);
 Var softmax(const Var& x, std::int64_t dim);
 Var log_softmax(const Var& x, std::int64_t dim);
 
+// --- gru.cpp --------------------------------------------------------------------------------
+// x [N, I], h [N, H], w_ih [3H, I], w_hh [3H, H], b_ih [3H], b_hh [3H] (either bias undefined:
+// none) -> h' [N, H], one step of a GRU (Cho et al. 2014) as PyTorch's GRUCell computes it, the
+// gates in the order r, z, n of w_ih's and w_hh's rows:
+//   r = sigmoid(W_ir x + b_ir + W_hr h + b_hr), z = sigmoid(W_iz x + b_iz + W_hz h + b_hz),
+//   n = tanh(W_in x + b_in + r (W_hn h + b_hn)), h' = (1 - z) n + z h.
+// One node: the forward saves r, z, n and W_hn h + b_hn; the backward is written out in gru.cpp.
+Var gru_cell(const Var& x, const Var& h, const Var& w_ih, const Var& w_hh, const Var& b_ih = {},
+             const Var& b_hh = {});
+
 // --- layer_norm.cpp -------------------------------------------------------------------------
 // x [..., *normalized_shape], weight and bias [*normalized_shape] (either may be undefined) ->
 // (x - mean) / sqrt(var + eps) * weight + bias over the trailing normalized_shape dimensions,
