@@ -9,4 +9,5 @@
 #include "qkv/nn/module.hpp"
 #include "qkv/nn/optim.hpp"
 #include "qkv/nn/positional.hpp"
+#include "qkv/nn/recurrent.hpp"
 #include "qkv/nn/transformer.hpp"

@@ -31,17 +31,24 @@ void expect_close(const std::string& what, const Tensor& actual, const Tensor& e
   EXPECT_LE(d, kTolerance) << what;
 }
 
-// Forward with out.backward(R); then the output, the inputs' and every parameter's gradient.
-void compare(const std::string& name, const nn::Module& module, const SafetensorsContents& f,
-             const Var& out, const std::vector<std::pair<std::string, Var>>& inputs) {
-  out.backward(f.tensors.at("input.R"));
-  expect_close(name + " out", out.value(), f.tensors.at("output.out"));
+// The inputs' and every parameter's gradients, once the loss went backward.
+void expect_gradients(const std::string& name, const nn::Module& module,
+                      const SafetensorsContents& f,
+                      const std::vector<std::pair<std::string, Var>>& inputs) {
   for (const auto& [input, v] : inputs) {
     expect_close(name + " grad " + input, v.grad(), f.tensors.at("grad." + input));
   }
   for (const auto& [pname, p] : module.named_parameters()) {
     expect_close(name + " grad " + pname, p.grad(), f.tensors.at("grad." + pname));
   }
+}
+
+// Forward with out.backward(R); then the output, the inputs' and every parameter's gradient.
+void compare(const std::string& name, const nn::Module& module, const SafetensorsContents& f,
+             const Var& out, const std::vector<std::pair<std::string, Var>>& inputs) {
+  out.backward(f.tensors.at("input.R"));
+  expect_close(name + " out", out.value(), f.tensors.at("output.out"));
+  expect_gradients(name, module, f, inputs);
 }
 
 nn::MultiheadAttentionConfig mha_config() {
@@ -126,6 +133,27 @@ TEST(TorchFixtures, DecoderLayerPostNormAndPreNorm) {
     compare(name, layer, f, layer.forward(tgt, memory, tgt_call, memory_call),
             {{"tgt", tgt}, {"memory", memory}});
   }
+}
+
+// torch.nn.GRU, bidirectional, over packed sequences of lengths 6 and 4 with an initial state;
+// the loss reads the padded outputs and the final states.
+TEST(TorchFixtures, BidirectionalGruOverPackedSequences) {
+  const SafetensorsContents f = fixture("gru_bidirectional");
+  Generator gen(0);
+  nn::GRU gru(5, 4, gen, /*bidirectional=*/true);
+  nn::load_state_dict(gru, f.tensors, /*strict=*/false);
+  const Var x(f.tensors.at("input.x"), true), h0(f.tensors.at("input.h0"), true);
+  std::vector<std::int64_t> lengths;
+  for (const double n : f.tensors.at("input.lengths").to_vector()) {
+    lengths.push_back(static_cast<std::int64_t>(n));
+  }
+  const nn::GRU::Output o = gru.forward(x, h0, lengths);
+  expect_close("gru out", o.outputs.value(), f.tensors.at("output.out"));
+  expect_close("gru final", o.final.value(), f.tensors.at("output.final"));
+  const Var loss = ag::sum(o.outputs * Var(f.tensors.at("input.R"))) +
+                   ag::sum(o.final * Var(f.tensors.at("input.R_final")));
+  loss.backward();
+  expect_gradients("gru", gru, f, {{"x", x}, {"h0", h0}});
 }
 
 }  // namespace
