@@ -62,7 +62,6 @@ class EmulatedAmx {
       }
     }
   }
-  void release() { config_ = TileConfig{}; }
 
  private:
   float f32(int t, int row, int col) const {

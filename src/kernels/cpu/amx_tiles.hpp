@@ -46,6 +46,17 @@ void amx_step(Unit& unit, std::int64_t n_tiles, std::int64_t nt, std::int64_t kc
   unit.template dpbf16ps<kG, 4, kB>();
 }
 
+// C tile g starts from C's values (accumulate) or from 0.
+template <int kG, class Unit>
+void amx_start(Unit& unit, std::int64_t n_tiles, std::int64_t nt, const float* c, std::int64_t ldc,
+               bool accumulate) {
+  if (accumulate && nt + kG < n_tiles) {
+    unit.template load<kG>(c + (nt + kG) * kUnitCols, ldc * static_cast<std::int64_t>(4));
+  } else {
+    unit.template zero<kG>();
+  }
+}
+
 template <int kG, class Unit>
 void amx_store(Unit& unit, std::int64_t n_tiles, std::int64_t nt, float* c, std::int64_t ldc) {
   if (nt + kG < n_tiles) {
@@ -53,23 +64,22 @@ void amx_store(Unit& unit, std::int64_t n_tiles, std::int64_t nt, float* c, std:
   }
 }
 
-// C = A B (bf16_gemm.hpp's shapes and layouts) on unit: for each 16-row band, four column tiles
-// at a time accumulate in tiles 0-3 over the depth, one A tile load feeding four products.
+// C = A B, or C += A B with accumulate (bf16_gemm.hpp's shapes and layouts), on unit, whose tiles
+// the caller configured with gemm_tile_config(): for each 16-row band, four column tiles at a time
+// accumulate in tiles 0-3 over the depth, one A tile load feeding four products.
 template <class Unit>
 void amx_gemm(Unit& unit, std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
               const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,
-              std::int64_t ldc) {
-  const TileConfig config = gemm_tile_config();
-  unit.load_config(config);
+              std::int64_t ldc, bool accumulate) {
   const std::int64_t ldb_bytes = n_tiles * kUnitCols * 4;  // one pair row of B
   for (std::int64_t mt = 0; mt < m_tiles; ++mt) {
     const std::uint16_t* a_band = a + mt * kUnitRows * lda;
     float* c_band = c + mt * kUnitRows * ldc;
     for (std::int64_t nt = 0; nt < n_tiles; nt += 4) {
-      unit.template zero<0>();
-      unit.template zero<1>();
-      unit.template zero<2>();
-      unit.template zero<3>();
+      amx_start<0>(unit, n_tiles, nt, c_band, ldc, accumulate);
+      amx_start<1>(unit, n_tiles, nt, c_band, ldc, accumulate);
+      amx_start<2>(unit, n_tiles, nt, c_band, ldc, accumulate);
+      amx_start<3>(unit, n_tiles, nt, c_band, ldc, accumulate);
       for (std::int64_t kc = 0; kc < k_chunks; ++kc) {
         unit.template load<4>(a_band + kc * kUnitDepth, lda * static_cast<std::int64_t>(2));
         amx_step<0>(unit, n_tiles, nt, kc, b, ldb_bytes);
@@ -83,7 +93,6 @@ void amx_gemm(Unit& unit, std::int64_t m_tiles, std::int64_t n_tiles, std::int64
       amx_store<3>(unit, n_tiles, nt, c_band, ldc);
     }
   }
-  unit.release();
 }
 
 }  // namespace qkv::kernels::cpu

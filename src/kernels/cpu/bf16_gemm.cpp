@@ -63,17 +63,44 @@ void force_fused_path(std::optional<MatrixPath> path) {
 
 void reset_fused_path() { forced_path.store(-1, std::memory_order_relaxed); }
 
+namespace {
+
+// The MatrixTileScopes alive on this thread, and whether the AMX tiles hold gemm_tile_config().
+thread_local int tile_scopes = 0;
+thread_local bool amx_configured = false;
+
+}  // namespace
+
+MatrixTileScope::MatrixTileScope() { ++tile_scopes; }
+
+MatrixTileScope::~MatrixTileScope() {
+  if (--tile_scopes == 0 && amx_configured) {
+    amx_release();
+    amx_configured = false;
+  }
+}
+
 void bf16_gemm(MatrixPath path, std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
                const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,
-               std::int64_t ldc) {
+               std::int64_t ldc, bool accumulate) {
   switch (path) {
     case MatrixPath::amx_bf16:
-      return bf16_gemm_amx(m_tiles, n_tiles, k_chunks, a, lda, b, c, ldc);
+      if (!amx_configured) {
+        amx_configure();
+        amx_configured = true;
+      }
+      bf16_gemm_amx(m_tiles, n_tiles, k_chunks, a, lda, b, c, ldc, accumulate);
+      if (tile_scopes == 0) {
+        amx_release();
+        amx_configured = false;
+      }
+      return;
     case MatrixPath::avx512_bf16:
-      return bf16_gemm_avx512(m_tiles, n_tiles, k_chunks, a, lda, b, c, ldc);
+      return bf16_gemm_avx512(m_tiles, n_tiles, k_chunks, a, lda, b, c, ldc, accumulate);
     case MatrixPath::amx_emulated: {
       EmulatedAmx unit;
-      return amx_gemm(unit, m_tiles, n_tiles, k_chunks, a, lda, b, c, ldc);
+      unit.load_config(gemm_tile_config());
+      return amx_gemm(unit, m_tiles, n_tiles, k_chunks, a, lda, b, c, ldc, accumulate);
     }
   }
 }

@@ -65,18 +65,37 @@ struct ForcedFusedPath {
   ForcedFusedPath& operator=(const ForcedFusedPath&) = delete;
 };
 
-// C = A B as above, on path (which must be available).
+// C = A B as above, or C += A B with accumulate (C's f32 values are the sums' starting values), on
+// path (which must be available).
 void bf16_gemm(MatrixPath path, std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
                const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,
-               std::int64_t ldc);
+               std::int64_t ldc, bool accumulate = false);
+
+// While one lives on a thread, the AMX path keeps its tile configuration between bf16_gemm calls
+// on that thread and releases the tiles when the outermost scope ends; without one each call
+// configures and releases them. LDTILECFG and TILERELEASE cost ~150-190 ns a call: a [128, 64] x
+// [64, 64] product (the forward's S = Q K^T at D = 64) took 882 ns with them and 742 without, one
+// core of an Intel Xeon (AVX512-BF16, AMX), 2026-11-27. A kernel holds one per thread around its
+// tiles, and no code but qkv's runs on the thread within it, so no other configuration can come
+// in between.
+class MatrixTileScope {
+ public:
+  MatrixTileScope();
+  ~MatrixTileScope();
+  MatrixTileScope(const MatrixTileScope&) = delete;
+  MatrixTileScope& operator=(const MatrixTileScope&) = delete;
+};
 
 // The two paths compiled with their own instruction sets (bf16_gemm_avx512.cpp,
-// bf16_gemm_amx.cpp); called only through bf16_gemm.
+// bf16_gemm_amx.cpp); called only through bf16_gemm, the AMX one with its tiles configured by
+// amx_configure (amx_tiles.hpp's gemm_tile_config) and released by amx_release.
 void bf16_gemm_avx512(std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
                       const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,
-                      std::int64_t ldc);
+                      std::int64_t ldc, bool accumulate);
 void bf16_gemm_amx(std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
                    const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,
-                   std::int64_t ldc);
+                   std::int64_t ldc, bool accumulate);
+void amx_configure();
+void amx_release();
 
 }  // namespace qkv::kernels::cpu

@@ -17,13 +17,16 @@ std::int32_t pair_at(const std::uint16_t* a) {
   return word;
 }
 
-// C rows [0, 4) x vectors [0, V) of this strip (16 columns each) over `pairs` pair rows of B.
+// C rows [0, 4) x vectors [0, V) of this strip (16 columns each) over `pairs` pair rows of B,
+// from 0 or (accumulate) from C.
 template <int V>
 void strip(std::int64_t pairs, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
-           std::int64_t ldb, float* c, std::int64_t ldc) {
+           std::int64_t ldb, float* c, std::int64_t ldc, bool accumulate) {
   __m512 acc[4][V];
   for (int r = 0; r < 4; ++r) {
-    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int v = 0; v < V; ++v) {
+      acc[r][v] = accumulate ? _mm512_loadu_ps(c + r * ldc + v * kUnitCols) : _mm512_setzero_ps();
+    }
   }
   for (std::int64_t p = 0; p < pairs; ++p) {
     __m512bh bv[V];
@@ -44,18 +47,18 @@ void strip(std::int64_t pairs, const std::uint16_t* a, std::int64_t lda, const s
 
 void bf16_gemm_avx512(std::int64_t m_tiles, std::int64_t n_tiles, std::int64_t k_chunks,
                       const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, float* c,
-                      std::int64_t ldc) {
+                      std::int64_t ldc, bool accumulate) {
   const std::int64_t pairs = k_chunks * kUnitDepth / 2;
   const std::int64_t ldb = n_tiles * kUnitCols * 2;
   for (std::int64_t m = 0; m < m_tiles * kUnitRows; m += 4) {
     std::int64_t n = 0;
     for (; n + 4 <= n_tiles; n += 4) {
       strip<4>(pairs, a + m * lda, lda, b + n * kUnitCols * 2, ldb, c + m * ldc + n * kUnitCols,
-               ldc);
+               ldc, accumulate);
     }
     for (; n < n_tiles; ++n) {
       strip<1>(pairs, a + m * lda, lda, b + n * kUnitCols * 2, ldb, c + m * ldc + n * kUnitCols,
-               ldc);
+               ldc, accumulate);
     }
   }
 }

@@ -30,10 +30,13 @@ HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
 // One thread's buffers for Bf16Grads: a product's f32 result, P Z and dS rounded (in pairs, and
-// dS row-major), and the transposed dK and dV accumulators of one k-block.
+// dS row-major), and the transposed dK and dV accumulators of one k-block, [cols_d, kBlockK] and
+// [cols_dv, kBlockK], which the products add into (the rows past D and Dv take zero products).
+// The thread's tile configuration lives as long as it does.
 struct Bf16Scratch {
   hwy::AlignedFreeUniquePtr<float[]> c, dkt, dvt;
   hwy::AlignedFreeUniquePtr<std::uint16_t[]> pz_pairs, ds_pairs, ds_rows;
+  MatrixTileScope tile_scope;
   Bf16Scratch(std::int64_t cols_d, std::int64_t cols_dv)
       : c(hwy::AllocateAligned<float>(TileTraits::kBlockK *
                                       std::max({cols_d, cols_dv, TileTraits::kBlockQ}))),
@@ -119,9 +122,8 @@ class Bf16Grads {
     const std::int64_t depth = round_up(std::max<std::int64_t>(rows, 1), kUnitDepth);
     pairs_of(PZ, kKeys, rows, cols, depth, kKeys, scratch.pz_pairs.get());
     bf16_gemm(path_, cols_dv_ / kUnitRows, kKeys / kUnitCols, depth / kUnitDepth,
-              do_t_.get() + slot * cols_dv_ * kRows, kRows, scratch.pz_pairs.get(), scratch.c.get(),
-              kKeys);
-    axpy(1.0f, scratch.c.get(), scratch.dvt.get(), dim_v_ * kKeys);
+              do_t_.get() + slot * cols_dv_ * kRows, kRows, scratch.pz_pairs.get(),
+              scratch.dvt.get(), kKeys, /*accumulate=*/true);
   }
 
   // dq [rows, D] += dS K (with keys: the keys' values are finite), scratch.dkt [D, kKeys] +=
@@ -137,19 +139,23 @@ class Bf16Grads {
         std::fill(a + r * kKeys + cols, a + (r + 1) * kKeys, std::uint16_t{0});
       }
       std::fill(a + rows * kKeys, a + tiles * kUnitRows * kKeys, std::uint16_t{0});
-      bf16_gemm(path_, tiles, cols_d_ / kUnitCols, kKeys / kUnitDepth, a, kKeys,
-                k_rows_.get() + tile * kKeys * cols_d_, scratch.c.get(), cols_d_);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        axpy(1.0f, scratch.c.get() + r * cols_d_, dq + r * dim_, dim_);
+      if (cols_d_ == dim_ && rows % kUnitRows == 0) {  // into dq itself: whole tiles of its rows
+        bf16_gemm(path_, tiles, cols_d_ / kUnitCols, kKeys / kUnitDepth, a, kKeys,
+                  k_rows_.get() + tile * kKeys * cols_d_, dq, dim_, /*accumulate=*/true);
+      } else {
+        bf16_gemm(path_, tiles, cols_d_ / kUnitCols, kKeys / kUnitDepth, a, kKeys,
+                  k_rows_.get() + tile * kKeys * cols_d_, scratch.c.get(), cols_d_);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          axpy(1.0f, scratch.c.get() + r * cols_d_, dq + r * dim_, dim_);
+        }
       }
     }
     if (queries) {
       const std::int64_t depth = round_up(std::max<std::int64_t>(rows, 1), kUnitDepth);
       pairs_of(dS, kKeys, rows, cols, depth, kKeys, scratch.ds_pairs.get());
       bf16_gemm(path_, cols_d_ / kUnitRows, kKeys / kUnitCols, depth / kUnitDepth,
-                q_t_.get() + slot * cols_d_ * kRows, kRows, scratch.ds_pairs.get(), scratch.c.get(),
-                kKeys);
-      axpy(1.0f, scratch.c.get(), scratch.dkt.get(), dim_ * kKeys);
+                q_t_.get() + slot * cols_d_ * kRows, kRows, scratch.ds_pairs.get(),
+                scratch.dkt.get(), kKeys, /*accumulate=*/true);
     }
   }
 

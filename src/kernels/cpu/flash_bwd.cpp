@@ -398,8 +398,10 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
         std::fill(scratch.dk.get(), scratch.dk.get() + cols * d.D, T(0));
         std::fill(scratch.dv.get(), scratch.dv.get() + cols * d.Dv, T(0));
         if (bf16_scratch != nullptr) {
-          std::fill(bf16_scratch->dkt.get(), bf16_scratch->dkt.get() + d.D * kBk, 0.0f);
-          std::fill(bf16_scratch->dvt.get(), bf16_scratch->dvt.get() + d.Dv * kBk, 0.0f);
+          std::fill(bf16_scratch->dkt.get(), bf16_scratch->dkt.get() + packed.bf16->cols_d() * kBk,
+                    0.0f);
+          std::fill(bf16_scratch->dvt.get(), bf16_scratch->dvt.get() + packed.bf16->cols_dv() * kBk,
+                    0.0f);
         }
         for (std::int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
           const KeyRange queries = blocks.q_span(b, h, kb);  // in q-blocks

@@ -65,6 +65,9 @@ class F32Products {
     scale_rows(p_.q.at(b, i0, h), p_.q.row, live, p_.dims.D, p_.scale, q_);
   }
   void ensure(std::int64_t head_kv, std::int64_t kb) { keys_.ensure(head_kv, kb); }
+  // P reaches V in T, from s; every tile goes the per-tile way.
+  std::uint16_t* rounded() { return nullptr; }
+  static constexpr std::int64_t kWideTiles = 1;
   // s [live, kBk] <- (scale Q) K^T for tile kb (the pack's zero padding fills columns past Tk).
   void scores(std::int64_t head_kv, std::int64_t kb, std::int64_t live, T* s) {
     gemm<true>(live, kBk, p_.dims.D, q_, p_.dims.D, keys_.kt(head_kv, kb), kBk, s, kBk, false);
@@ -87,21 +90,77 @@ class F32Products {
   T* q_;
 };
 
+// Whether a score mod leaves the scores as they are: then a run of full tiles needs no per-tile
+// work between the products and the softmax.
+template <class T>
+bool plain_scores(const BuiltinScore<T>& mod) {
+  return !(mod.softcap > 0) && !mod.bias && mod.alibi_slopes == nullptr;
+}
+template <class M>
+bool plain_scores(const M&) {
+  return false;
+}
+
 // The products of the bf16 path (q, k and v all bf16, T = float): S = Q K^T from the bf16 values
-// as they lie, then scaled in f32, and acc += P V with P rounded to bf16, both on the machine's
-// matrix units (bf16_gemm.hpp) with f32 accumulation. The softmax between them is the f32 path's.
+// as they lie, then scaled in f32, and acc += P V with P rounded to bf16 (by the softmax, into
+// rounded()), both on the machine's matrix units (bf16_gemm.hpp) with f32 accumulation, P V added
+// into acc by the product itself where Dv is whole C tiles. The softmax between them is the f32
+// path's. Runs of up to kWideTiles full tiles without score mods or dropout go through wide() as
+// one softmax step of their keys side by side (see kWideTiles). One per thread: it holds the
+// thread's tile configuration (MatrixTileScope) while it lives.
 template <class ScoreMod, class MaskMod>
 class Bf16Products {
  public:
+  // Tiles of keys per wide step. The per-row work of the softmax (the row's max and sum across
+  // lanes, the rescaling factor, the loop itself) is paid once per step instead of per 64 keys,
+  // and P V runs over 4x the depth per C tile. `qkv bench --dtype bf16 --pass fwd --T 4096`, B 1,
+  // H 8, 2 threads of an Intel Xeon (AVX512-BF16, AMX), 2026-11-27, ms not causal / causal: see
+  // the README's AMX section for the run that chose it.
+  static constexpr std::int64_t kWideTiles = 4;
+
   Bf16Products(const FwdParams<float, ScoreMod, MaskMod>& p, PairTiles& pairs, MatrixPath path,
                std::int64_t block)
       : p_(p),
         pairs_(pairs),
         path_(path),
+        wide_(plain_scores(p.score_mod) && !p.dropout.enabled()),
         row_tiles_max_((block + kUnitRows - 1) / kUnitRows),
         q_(static_cast<size_t>(row_tiles_max_ * kUnitRows * pairs.depth())),
-        p16_(static_cast<size_t>(row_tiles_max_ * kUnitRows * kBk)),
-        c_(static_cast<size_t>(row_tiles_max_ * kUnitRows * std::max(kBk, pairs.cols_v()))) {}
+        p16_(static_cast<size_t>(row_tiles_max_ * kUnitRows * kBk * kWideTiles)),
+        c_(hwy::AllocateAligned<float>(row_tiles_max_ * kUnitRows *
+                                       std::max(kBk * kWideTiles, pairs.cols_v()))) {}
+
+  // How many tiles from kb (before kb_end) wide() takes in one step: the run of tiles that are
+  // whole (kBk keys) and full in every q-block half of these rows, at most kWideTiles; 1 or 0
+  // means the tile goes the per-tile way.
+  std::int64_t wide_tiles(const BlockView& blocks, std::int64_t b, std::int64_t h, std::int64_t qb0,
+                          std::int64_t halves, std::int64_t kb, std::int64_t kb_end) const {
+    if (!wide_) return 0;
+    std::int64_t g = 0;
+    for (; g < kWideTiles && kb + g < kb_end && (kb + g + 1) * kBk <= p_.dims.Tk; ++g) {
+      for (std::int64_t x = 0; x < halves; ++x) {
+        if (blocks.kind(b, h, qb0 + x, kb + g) != TileKind::full) return g;
+      }
+    }
+    return g;
+  }
+
+  // The tiles [kb, kb + g) of k/v head head_kv (packed), full for rows [0, live): S = scale * Q
+  // K^T side by side in c_ [live, g kBk], the state's absorb of the whole width (P in bf16 in
+  // p16_), and acc += P V over the g kBk keys (V's pairs of consecutive tiles are consecutive).
+  void wide(std::int64_t live, std::int64_t head_kv, std::int64_t kb, std::int64_t g,
+            const SoftmaxState<float>& state) {
+    const std::int64_t width = g * kBk, depth = pairs_.depth();
+    for (std::int64_t t = 0; t < g; ++t) {
+      bf16_gemm(path_, row_tiles_, kBk / kUnitCols, depth / kUnitDepth, q_.data(), depth,
+                pairs_.kp(head_kv, kb + t), c_.get() + t * kBk, width);
+    }
+    scale_rows(c_.get(), width, live, width, p_.scale, c_.get());
+    state.absorb(c_.get(), live, p_.dims.Dv, p16_.data(), width);
+    std::fill(p16_.begin() + live * width, p16_.begin() + row_tiles_ * kUnitRows * width,
+              std::uint16_t{0});
+    add_values(live, width, pairs_.vp(head_kv, kb), state.acc);
+  }
 
   // q_ [live rounded up to 16, D32] <- Q's bf16 rows, zero past D and live.
   void rows(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t live) {
@@ -113,23 +172,26 @@ class Bf16Products {
     }
   }
   void ensure(std::int64_t head_kv, std::int64_t kb) { pairs_.ensure(head_kv, kb); }
+  // P [live, kBk] in bf16, as the softmax leaves it for values().
+  std::uint16_t* rounded() { return p16_.data(); }
   // s [live, kBk] <- scale * (Q K^T) for tile kb (columns past Tk: 0, from the zero pairs).
   void scores(std::int64_t head_kv, std::int64_t kb, std::int64_t live, float* s) {
     bf16_gemm(path_, row_tiles_, kBk / kUnitCols, pairs_.depth() / kUnitDepth, q_.data(),
-              pairs_.depth(), pairs_.kp(head_kv, kb), c_.data(), kBk);
-    scale_rows(c_.data(), kBk, live, kBk, p_.scale, s);
+              pairs_.depth(), pairs_.kp(head_kv, kb), c_.get(), kBk);
+    scale_rows(c_.get(), kBk, live, kBk, p_.scale, s);
   }
-  // acc [live, Dv] += P V for tile kb, with P in s (rounded to bf16 here).
+  // acc [live, Dv] += P V for tile kb, with P in rounded() (acc's rows past live, up to whole
+  // tiles, take P's zero rows: scratch rows nothing reads).
   void values(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t live,
-              std::int64_t head_kv, std::int64_t kb, std::int64_t cols, bool all_full,
-              const float* s, float* acc) {
+              std::int64_t head_kv, std::int64_t kb, std::int64_t cols, bool all_full, const float*,
+              float* acc) {
     const std::int64_t dim_v = p_.dims.Dv;
     if (!all_full && !pairs_.v_finite(head_kv, kb)) {
       // As values_kept: a dropped key's non-finite value never meets its P = 0.
       for (std::int64_t r = 0; r < live; ++r) {
         for (std::int64_t c = 0; c < cols; ++c) {
           if (!p_.mask_mod(b, h, i0 + r, kb * kBk + c)) continue;
-          const float pr = bf16_bits_to_f32(f32_to_bf16_bits(s[r * kBk + c]));
+          const float pr = bf16_bits_to_f32(p16_[r * kBk + c]);
           for (std::int64_t x = 0; x < dim_v; ++x) {
             acc[r * dim_v + x] += pr * pairs_.v_at(head_kv, kb, c, x);
           }
@@ -137,24 +199,36 @@ class Bf16Products {
       }
       return;
     }
-    round_bf16(s, p16_.data(), live * kBk);
     std::fill(p16_.begin() + live * kBk, p16_.begin() + row_tiles_ * kUnitRows * kBk,
               std::uint16_t{0});
-    const std::int64_t cols_v = pairs_.cols_v();
-    bf16_gemm(path_, row_tiles_, cols_v / kUnitCols, kBk / kUnitDepth, p16_.data(), kBk,
-              pairs_.vp(head_kv, kb), c_.data(), cols_v);
-    for (std::int64_t r = 0; r < live; ++r) {
-      axpy(1.0f, c_.data() + r * cols_v, acc + r * dim_v, dim_v);
-    }
+    add_values(live, kBk, pairs_.vp(head_kv, kb), acc);
   }
 
  private:
+  // acc [live, Dv] += P V, P in p16_ [live, keys] (zero rows past live up to whole tiles), vp the
+  // pairs of V's keys.
+  void add_values(std::int64_t live, std::int64_t keys, const std::uint16_t* vp, float* acc) {
+    const std::int64_t dim_v = p_.dims.Dv, cols_v = pairs_.cols_v();
+    if (cols_v == dim_v) {
+      bf16_gemm(path_, row_tiles_, cols_v / kUnitCols, keys / kUnitDepth, p16_.data(), keys, vp,
+                acc, dim_v, /*accumulate=*/true);
+      return;
+    }
+    bf16_gemm(path_, row_tiles_, cols_v / kUnitCols, keys / kUnitDepth, p16_.data(), keys, vp,
+              c_.get(), cols_v);
+    for (std::int64_t r = 0; r < live; ++r) {
+      axpy(1.0f, c_.get() + r * cols_v, acc + r * dim_v, dim_v);
+    }
+  }
+
   const FwdParams<float, ScoreMod, MaskMod>& p_;
   PairTiles& pairs_;
   MatrixPath path_;
+  bool wide_;
+  MatrixTileScope tile_scope_;
   std::int64_t row_tiles_max_, row_tiles_ = 0;
   std::vector<std::uint16_t> q_, p16_;
-  std::vector<float> c_;
+  hwy::AlignedFreeUniquePtr<float[]> c_;  // aligned: the softmax's row passes load whole vectors
 };
 
 // Folds every key into `state`, the online-softmax state of rows [i0, i0 + live) of head h of
@@ -182,6 +256,15 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, s
   TileKind kinds[kBq / TileTraits::kBlockQ];
   const std::int64_t head_kv = b * d.Hk + h / d.group();
   for (std::int64_t kb = span.lo; kb < span.hi; ++kb) {
+    if constexpr (Products::kWideTiles > 1) {
+      const std::int64_t g = products.wide_tiles(blocks, b, h, qb0, halves, kb, span.hi);
+      if (g > 1) {
+        for (std::int64_t t = 0; t < g; ++t) products.ensure(head_kv, kb + t);
+        products.wide(live, head_kv, kb, g, state);
+        kb += g - 1;
+        continue;
+      }
+    }
     const std::int64_t j0 = kb * kBk;
     const std::int64_t cols = std::min(kBk, d.Tk - j0);
     bool any = false, all_full = true;
@@ -194,7 +277,7 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, s
     products.ensure(head_kv, kb);
     T* s = scratch.s.get();
     products.scores(head_kv, kb, live, s);
-    softmax_tile(p, b, h, i0, live, j0, cols, kinds, s, scratch.z.get(), state);
+    softmax_tile(p, b, h, i0, live, j0, cols, kinds, s, scratch.z.get(), state, products.rounded());
     products.values(b, h, i0, live, head_kv, kb, cols, all_full, s, state.acc);
   }
 }

@@ -14,16 +14,34 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "kernels/cpu/pack-inl.h"
+#include "kernels/cpu/round_bf16-inl.h"
 #include "kernels/cpu/tile-inl.h"
 #include "kernels/cpu/tile_traits.hpp"
 #include "kernels/flash_params.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
+
+// rounded [n] <- the bf16 bits of exp(s[c] - shift) (row_exp's values, which s [n] keeps as they
+// were); returns the sum of the f32 values. One pass where row_exp and round_bf16 took two: the
+// bf16 products' P V reads only the rounded P.
+inline float row_exp_bf16(const float* s, float shift, std::uint16_t* rounded, std::int64_t n) {
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<std::uint16_t, decltype(d)> d16;
+  const auto vshift = hn::Set(d, shift);
+  auto sum = hn::Zero(d);
+  for (std::int64_t c = 0; c < n; c += hn::Lanes(d)) {
+    const auto e = exp_softmax(d, hn::Sub(hn::Load(d, s + c), vshift));
+    hn::StoreU(hn::DemoteTo(d16, bf16_bits(d, e)), d16, rounded + c);
+    sum = hn::Add(sum, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
 
 // The online-softmax state of `rows` query rows: m [rows], l [rows], acc [rows, Dv]. A row that
 // has kept no key has m = -inf, l = 0 and acc 0; a row that met a NaN score has l = NaN.
@@ -43,10 +61,13 @@ struct SoftmaxState {
     return {acc + row * dim_v, m + row, l + row};
   }
 
-  // Absorbs the scores s [live, kBk] of one tile (after the mods and the mask; -inf where a key
-  // is dropped): s becomes P against the new running max, l takes the row sums, and acc is
-  // rescaled where a row's max moved. The caller then adds P V (times dropout's factors) into acc.
-  void absorb(T* s, std::int64_t live, std::int64_t dim_v) const {
+  // Absorbs the scores s [live, width] of one tile (width kBk) or of several side by side (after
+  // the mods and the mask; -inf where a key is dropped): s becomes P against the new running max
+  // (or, with `rounded` [live, width], for T = float only, P goes there in bf16 and s is left as
+  // it was), l takes the row sums, and acc is rescaled where a row's max moved. The caller then
+  // adds P V (times dropout's factors) into acc.
+  void absorb(T* s, std::int64_t live, std::int64_t dim_v, std::uint16_t* rounded = nullptr,
+              std::int64_t width = kBk) const {
     // The new row maxima first, then every row's rescaling factor alpha = exp(m_old - m_new) in
     // one vector pass (a libm call per row took 1.6% of the forward), over the live rows rounded
     // up to whole vectors.
@@ -55,26 +76,33 @@ struct SoftmaxState {
     const std::int64_t vector_rows =
         round_up(live, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())));
     for (std::int64_t r = 0; r < vector_rows; ++r) {
-      m_new[r] = r < live ? std::max(m[r], row_max(s + r * kBk)) : T(0);
+      m_new[r] = r < live ? std::max(m[r], row_max(s + r * width, width)) : T(0);
       alpha[r] = r < live && m[r] != kNegInf ? m[r] - m_new[r] : T(0);
     }
     exp_rows(alpha, vector_rows);
     for (std::int64_t r = 0; r < live; ++r) {
-      T* row = s + r * kBk;
+      T* row = s + r * width;
       if (m_new[r] == kNegInf) {
         // Nothing kept in this row yet, or only -inf and NaN scores (whether the max returns
         // a NaN depends on the target). A NaN must reach the row (docs/numerics.md): it poisons
         // the row sum. -inf scores alone leave the row as if masked.
-        if (std::any_of(row, row + kBk, [](T x) { return x != kNegInf; })) {
+        if (std::any_of(row, row + width, [](T x) { return x != kNegInf; })) {
           l[r] = std::numeric_limits<T>::quiet_NaN();
         }
-        std::fill(row, row + kBk, T(0));
+        std::fill(row, row + width, T(0));
+        if (rounded != nullptr) std::fill(rounded + r * width, rounded + (r + 1) * width, 0);
         continue;
       }
       // Rescale what was accumulated against the old max (a row that kept nothing before has
       // nothing to rescale).
       const T factor = m[r] == kNegInf ? T(0) : alpha[r];
-      const T row_sum = row_exp(row, m_new[r]);
+      T row_sum;
+      if constexpr (std::is_same_v<T, float>) {
+        row_sum = rounded != nullptr ? row_exp_bf16(row, m_new[r], rounded + r * width, width)
+                                     : row_exp(row, m_new[r], width);
+      } else {
+        row_sum = row_exp(row, m_new[r], width);
+      }
       l[r] = l[r] * factor + row_sum;
       m[r] = m_new[r];
       if (factor != T(1)) scale_row(acc + r * dim_v, dim_v, factor);
@@ -133,16 +161,20 @@ struct ForwardScratch {
 // keys [j0, j0 + cols) are in s [live, kBk] (scale * q . k, before the mods): the mods and the
 // mask (kinds: the tile kind of each 64-row half), the state's absorb, and dropout's factors z
 // [live, kBk] on what reaches V (not on the normalizer: lse is not affected). The caller then adds
-// P V into the state's acc.
+// P V into the state's acc, from s, or (T = float, `rounded` given) from rounded [live, kBk], P
+// times Z in bf16.
 template <class T, class ScoreMod, class MaskMod>
 void softmax_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
                   std::int64_t i0, std::int64_t live, std::int64_t j0, std::int64_t cols,
-                  const TileKind* kinds, T* s, T* z, const SoftmaxState<T>& state) {
+                  const TileKind* kinds, T* s, T* z, const SoftmaxState<T>& state,
+                  std::uint16_t* rounded = nullptr) {
   score_tile(p, b, h, i0, live, j0, cols, kinds, s, static_cast<T*>(nullptr));
+  if (!p.dropout.enabled()) return state.absorb(s, live, p.dims.Dv, rounded);
   state.absorb(s, live, p.dims.Dv);
-  if (p.dropout.enabled()) {
-    dropout_tile(p, b, h, i0, live, j0, cols, z);
-    for (std::int64_t r = 0; r < live; ++r) row_mul(s + r * kBk, z + r * kBk);
+  dropout_tile(p, b, h, i0, live, j0, cols, z);
+  for (std::int64_t r = 0; r < live; ++r) row_mul(s + r * kBk, z + r * kBk);
+  if constexpr (std::is_same_v<T, float>) {
+    if (rounded != nullptr) round_bf16(s, rounded, live * kBk);
   }
 }
 

@@ -220,12 +220,12 @@ void dropout_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std:
   }
 }
 
+// The max of s [n], n a multiple of the vector length (a tile row: kBk).
 template <class T>
-T row_max(const T* s) {
+T row_max(const T* s, std::int64_t n = kBk) {
   const hn::ScalableTag<T> d;
   auto m = hn::Load(d, s);
-  for (std::int64_t c = hn::Lanes(d); c < kBk; c += hn::Lanes(d))
-    m = hn::Max(m, hn::Load(d, s + c));
+  for (std::int64_t c = hn::Lanes(d); c < n; c += hn::Lanes(d)) m = hn::Max(m, hn::Load(d, s + c));
   return hn::GetLane(hn::MaxOfLanes(d, m));
 }
 
@@ -275,12 +275,13 @@ HWY_INLINE hn::Vec<D> exp_softmax(D d, hn::Vec<D> x) {
 
 // s[c] <- exp(s[c] - shift), exactly 0 where s[c] is -inf (exp_softmax's clamp; shift finite),
 // NaN where s[c] is NaN, NaN everywhere for a NaN shift (a NaN row's lse); returns the row sum.
+// s [n], n a multiple of the vector length (a tile row: kBk).
 template <class T>
-T row_exp(T* s, T shift) {
+T row_exp(T* s, T shift, std::int64_t n = kBk) {
   const hn::ScalableTag<T> d;
   const auto vshift = hn::Set(d, shift);
   auto sum = hn::Zero(d);
-  for (std::int64_t c = 0; c < kBk; c += hn::Lanes(d)) {
+  for (std::int64_t c = 0; c < n; c += hn::Lanes(d)) {
     const auto e = exp_softmax(d, hn::Sub(hn::Load(d, s + c), vshift));
     hn::Store(e, d, s + c);
     sum = hn::Add(sum, e);

@@ -72,6 +72,32 @@ std::vector<FusedCase> shapes() {
   views.strided = true;
   views.q_scale = 4.0;
   out.push_back(views);
+  // Runs of full tiles with plain scores take the wide softmax step (flash_fwd.cpp's
+  // Bf16Products::wide): runs of 4 and 2 tiles and a ragged last tile, GQA, with P V added into
+  // the accumulator by the product (Dv whole C tiles) or through a buffer (Dv 40).
+  FusedCase plain;
+  plain.B = 1;
+  plain.Tq = 300;
+  plain.Tk = 700;
+  plain.Hq = 2;
+  plain.Hk = 1;
+  plain.D = 64;
+  plain.Dv = 64;
+  out.push_back(plain);
+  FusedCase plain_dv = plain;
+  plain_dv.Dv = 40;
+  plain_dv.D = 96;
+  out.push_back(plain_dv);
+  // Under a causal mask with key lengths: wide runs left of the diagonal, partial tiles on it and
+  // past a length.
+  FusedCase plain_causal;
+  plain_causal.B = 2;
+  plain_causal.Tq = plain_causal.Tk = 520;
+  plain_causal.Hq = plain_causal.Hk = 2;
+  plain_causal.D = plain_causal.Dv = 128;
+  plain_causal.causal = Causal::top_left;
+  plain_causal.padding = true;
+  out.push_back(plain_causal);
   return out;
 }
 

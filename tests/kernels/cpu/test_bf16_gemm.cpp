@@ -3,6 +3,7 @@
 // packing on any machine); the paths this CPU lacks are printed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -48,11 +49,12 @@ struct Shape {
 };
 
 // C [M, N] = A [M, K] B [K, N] on path, from f32 values that are exactly bf16, with B packed from
-// its rows (transposed = false) or from the rows of B^T.
-void check(MatrixPath path, Shape s, bool transposed, std::uint32_t seed) {
+// its rows (transposed = false) or from the rows of B^T; with accumulate, C += A B from C's
+// values (the padding's too: they come back unchanged plus zero products).
+void check(MatrixPath path, Shape s, bool transposed, bool accumulate, std::uint32_t seed) {
   SCOPED_TRACE(std::string(path_name(path)) + " M " + std::to_string(s.M) + " N " +
                std::to_string(s.N) + " K " + std::to_string(s.K) +
-               (transposed ? " (B from its transpose)" : ""));
+               (transposed ? " (B from its transpose)" : "") + (accumulate ? " accumulating" : ""));
   const std::int64_t mt = (s.M + kUnitRows - 1) / kUnitRows;
   const std::int64_t nt = (s.N + kUnitCols - 1) / kUnitCols;
   const std::int64_t kc = (s.K + kUnitDepth - 1) / kUnitDepth;
@@ -77,10 +79,17 @@ void check(MatrixPath path, Shape s, bool transposed, std::uint32_t seed) {
   }
   const std::int64_t ldc = cols + 3;  // a leading dimension wider than the tiles
   std::vector<float> c(static_cast<size_t>(rows * ldc), std::nanf(""));
-  bf16_gemm(path, mt, nt, kc, a16.data(), depth, b16.data(), c.data(), ldc);
+  const std::vector<float> start = bf16_values(rows * cols, seed + 2);
+  if (accumulate) {
+    for (std::int64_t m = 0; m < rows; ++m) {
+      std::copy_n(start.data() + m * cols, cols, c.data() + m * ldc);
+    }
+  }
+  bf16_gemm(path, mt, nt, kc, a16.data(), depth, b16.data(), c.data(), ldc, accumulate);
   for (std::int64_t m = 0; m < rows; ++m) {
     for (std::int64_t n = 0; n < cols; ++n) {
-      double exact = 0.0, magnitude = 0.0;
+      const double c0 = accumulate ? start[m * cols + n] : 0.0;
+      double exact = c0, magnitude = std::abs(c0);
       if (m < s.M && n < s.N) {
         for (std::int64_t k = 0; k < s.K; ++k) {
           const double p = static_cast<double>(a[m * s.K + k]) * b[k * s.N + n];
@@ -103,9 +112,29 @@ TEST(Bf16Gemm, EveryPathThisCpuRunsMatchesTheExactSum) {
   std::uint32_t seed = 1;
   for (const MatrixPath path : runnable_paths()) {
     for (const Shape& s : shapes) {
-      check(path, s, false, seed++);
-      check(path, s, true, seed++);
+      for (const bool accumulate : {false, true}) {
+        check(path, s, false, accumulate, seed++);
+        check(path, s, true, accumulate, seed++);
+      }
     }
+  }
+}
+
+// Inside a MatrixTileScope the AMX path configures its tiles once for all the calls of the
+// thread: products of every shape, in turn, still come out right, and so do calls after it ends.
+TEST(Bf16Gemm, CallsInsideATileScopeMatchTheExactSum) {
+  const Shape shapes[] = {{128, 64, 64}, {20, 40, 37}, {64, 256, 64}, {1, 80, 256}};
+  std::uint32_t seed = 100;
+  for (const MatrixPath path : runnable_paths()) {
+    {
+      const MatrixTileScope scope;
+      const MatrixTileScope nested;
+      for (const Shape& s : shapes) {
+        check(path, s, true, false, seed++);
+        check(path, s, false, true, seed++);
+      }
+    }
+    check(path, shapes[0], true, true, seed++);
   }
 }
 
@@ -119,7 +148,7 @@ TEST(Bf16Gemm, EmulatedTilesFlushSubnormalsAndKeepNonFinite) {
   a[64] = f32_to_bf16_bits(NAN);
   a[96] = f32_to_bf16_bits(2.0f);
   std::vector<float> c(16 * 16, -1.0f);
-  bf16_gemm(MatrixPath::amx_emulated, 1, 1, 1, a.data(), 32, b.data(), c.data(), 16);
+  bf16_gemm(MatrixPath::amx_emulated, 1, 1, 1, a.data(), 32, b.data(), c.data(), 16, false);
   for (int n = 0; n < 16; ++n) {
     EXPECT_EQ(c[n], 0.0f);
     EXPECT_EQ(c[16 + n], INFINITY);
