@@ -113,9 +113,13 @@ class Bf16Products {
  public:
   // Tiles of keys per wide step. The per-row work of the softmax (the row's max and sum across
   // lanes, the rescaling factor, the loop itself) is paid once per step instead of per 64 keys,
-  // and P V runs over 4x the depth per C tile. `qkv bench --dtype bf16 --pass fwd --T 4096`, B 1,
-  // H 8, 2 threads of an Intel Xeon (AVX512-BF16, AMX), 2026-11-27, ms not causal / causal: see
-  // the README's AMX section for the run that chose it.
+  // and P V runs over 4x the depth per C tile. `qkv bench --dtype bf16 --pass fwd --T 1024 4096
+  // --reps 7`, B 1, H 8, 2 threads of an Intel Xeon (AVX512-BF16, AMX), 2026-11-27, builds with
+  // 2 / 4 / 8 tiles alternated twice, ms (T, D, causal): 4096 64 no 71.2 66.2 / 62.4 59.0 / 64.5
+  // 64.2; 4096 64 yes 40.7 42.2 / 40.5 39.4 / 38.7 38.2; 4096 128 no 111 102 / 97.2 96.2 / 102
+  // 96.2; 4096 128 yes 67.2 68.1 / 61.6 61.0 / 58.3 58.0; 1024 64 no 7.8 7.0 / 6.0 5.8 / 6.9 6.4;
+  // 1024 128 no 10.3 10.7 / 8.8 8.2 / 7.9 8.3. 2 loses everywhere; 8 wins causal D 128 by 5% and
+  // loses T 1024 D 64 by 10% (128-row blocks: a [128, 512] f32 score buffer, 256 KiB); 4 stays.
   static constexpr std::int64_t kWideTiles = 4;
 
   Bf16Products(const FwdParams<float, ScoreMod, MaskMod>& p, PairTiles& pairs, MatrixPath path,
