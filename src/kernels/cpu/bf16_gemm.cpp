@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/amx_emulated.hpp"
 #include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/exp_round_bf16.hpp"
 
 namespace qkv::kernels::cpu {
 
@@ -62,6 +63,21 @@ void force_fused_path(std::optional<MatrixPath> path) {
 }
 
 void reset_fused_path() { forced_path.store(-1, std::memory_order_relaxed); }
+
+namespace {
+
+std::atomic<bool> portable_rounding{false};
+
+}  // namespace
+
+ExpRoundRow native_exp_round_row() {
+  if (portable_rounding.load(std::memory_order_relaxed)) return nullptr;
+  return cpu_features().avx512_bf16 ? exp_round_row_avx512bf16 : nullptr;
+}
+
+void force_portable_rounding(bool portable) {
+  portable_rounding.store(portable, std::memory_order_relaxed);
+}
 
 namespace {
 

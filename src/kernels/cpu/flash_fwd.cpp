@@ -67,6 +67,7 @@ class F32Products {
   void ensure(std::int64_t head_kv, std::int64_t kb) { keys_.ensure(head_kv, kb); }
   // P reaches V in T, from s; every tile goes the per-tile way.
   std::uint16_t* rounded() { return nullptr; }
+  ExpRoundRow native_rounding() const { return nullptr; }
   static constexpr std::int64_t kWideTiles = 1;
   // s [live, kBk] <- (scale Q) K^T for tile kb (the pack's zero padding fills columns past Tk).
   void scores(std::int64_t head_kv, std::int64_t kb, std::int64_t live, T* s) {
@@ -128,6 +129,7 @@ class Bf16Products {
         pairs_(pairs),
         path_(path),
         wide_(plain_scores(p.score_mod) && !p.dropout.enabled()),
+        native_(native_exp_round_row()),
         row_tiles_max_((block + kUnitRows - 1) / kUnitRows),
         q_(static_cast<size_t>(row_tiles_max_ * kUnitRows * pairs.depth())),
         p16_(static_cast<size_t>(row_tiles_max_ * kUnitRows * kBk * kWideTiles)),
@@ -159,8 +161,12 @@ class Bf16Products {
       bf16_gemm(path_, row_tiles_, kBk / kUnitCols, depth / kUnitDepth, q_.data(), depth,
                 pairs_.kp(head_kv, kb + t), c_.get() + t * kBk, width);
     }
-    scale_rows(c_.get(), width, live, width, p_.scale, c_.get());
-    state.absorb(c_.get(), live, p_.dims.Dv, p16_.data(), width);
+    if (native_ != nullptr && p_.scale > 0 && std::isfinite(p_.scale)) {
+      state.absorb(c_.get(), live, p_.dims.Dv, p16_.data(), width, p_.scale, native_);
+    } else {
+      scale_rows(c_.get(), width, live, width, p_.scale, c_.get());
+      state.absorb(c_.get(), live, p_.dims.Dv, p16_.data(), width);
+    }
     std::fill(p16_.begin() + live * width, p16_.begin() + row_tiles_ * kUnitRows * width,
               std::uint16_t{0});
     add_values(live, width, pairs_.vp(head_kv, kb), state.acc);
@@ -176,8 +182,9 @@ class Bf16Products {
     }
   }
   void ensure(std::int64_t head_kv, std::int64_t kb) { pairs_.ensure(head_kv, kb); }
-  // P [live, kBk] in bf16, as the softmax leaves it for values().
+  // P [live, kBk] in bf16, as the softmax leaves it for values(), rounded by native_rounding().
   std::uint16_t* rounded() { return p16_.data(); }
+  ExpRoundRow native_rounding() const { return native_; }
   // s [live, kBk] <- scale * (Q K^T) for tile kb (columns past Tk: 0, from the zero pairs).
   void scores(std::int64_t head_kv, std::int64_t kb, std::int64_t live, float* s) {
     bf16_gemm(path_, row_tiles_, kBk / kUnitCols, pairs_.depth() / kUnitDepth, q_.data(),
@@ -229,6 +236,7 @@ class Bf16Products {
   PairTiles& pairs_;
   MatrixPath path_;
   bool wide_;
+  ExpRoundRow native_;  // the CPU's own bf16 rounding in the softmax's pass, where it has it
   MatrixTileScope tile_scope_;
   std::int64_t row_tiles_max_, row_tiles_ = 0;
   std::vector<std::uint16_t> q_, p16_;
@@ -281,7 +289,8 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, s
     products.ensure(head_kv, kb);
     T* s = scratch.s.get();
     products.scores(head_kv, kb, live, s);
-    softmax_tile(p, b, h, i0, live, j0, cols, kinds, s, scratch.z.get(), state, products.rounded());
+    softmax_tile(p, b, h, i0, live, j0, cols, kinds, s, scratch.z.get(), state, products.rounded(),
+                 products.native_rounding());
     products.values(b, h, i0, live, head_kv, kb, cols, all_full, s, state.acc);
   }
 }

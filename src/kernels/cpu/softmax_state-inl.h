@@ -18,6 +18,7 @@
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
+#include "kernels/cpu/exp_round_bf16.hpp"
 #include "kernels/cpu/pack-inl.h"
 #include "kernels/cpu/round_bf16-inl.h"
 #include "kernels/cpu/tile-inl.h"
@@ -65,9 +66,11 @@ struct SoftmaxState {
   // the mods and the mask; -inf where a key is dropped): s becomes P against the new running max
   // (or, with `rounded` [live, width], for T = float only, P goes there in bf16 and s is left as
   // it was), l takes the row sums, and acc is rescaled where a row's max moved. The caller then
-  // adds P V (times dropout's factors) into acc.
+  // adds P V (times dropout's factors) into acc. With `native` (exp_round_bf16.hpp; only with
+  // rounded), the rows go through it, and s may hold the scores before a scale > 0: the max of
+  // the rounded products scale * s is scale * max(s) rounded, rounding being monotonic.
   void absorb(T* s, std::int64_t live, std::int64_t dim_v, std::uint16_t* rounded = nullptr,
-              std::int64_t width = kBk) const {
+              std::int64_t width = kBk, T scale = T(1), ExpRoundRow native = nullptr) const {
     // The new row maxima first, then every row's rescaling factor alpha = exp(m_old - m_new) in
     // one vector pass (a libm call per row took 1.6% of the forward), over the live rows rounded
     // up to whole vectors.
@@ -76,7 +79,7 @@ struct SoftmaxState {
     const std::int64_t vector_rows =
         round_up(live, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())));
     for (std::int64_t r = 0; r < vector_rows; ++r) {
-      m_new[r] = r < live ? std::max(m[r], row_max(s + r * width, width)) : T(0);
+      m_new[r] = r < live ? std::max(m[r], scale * row_max(s + r * width, width)) : T(0);
       alpha[r] = r < live && m[r] != kNegInf ? m[r] - m_new[r] : T(0);
     }
     exp_rows(alpha, vector_rows);
@@ -98,8 +101,13 @@ struct SoftmaxState {
       const T factor = m[r] == kNegInf ? T(0) : alpha[r];
       T row_sum;
       if constexpr (std::is_same_v<T, float>) {
-        row_sum = rounded != nullptr ? row_exp_bf16(row, m_new[r], rounded + r * width, width)
-                                     : row_exp(row, m_new[r], width);
+        if (native != nullptr) {
+          row_sum = native(row, scale, m_new[r], rounded + r * width, width);
+        } else if (rounded != nullptr) {
+          row_sum = row_exp_bf16(row, m_new[r], rounded + r * width, width);
+        } else {
+          row_sum = row_exp(row, m_new[r], width);
+        }
       } else {
         row_sum = row_exp(row, m_new[r], width);
       }
@@ -162,14 +170,16 @@ struct ForwardScratch {
 // mask (kinds: the tile kind of each 64-row half), the state's absorb, and dropout's factors z
 // [live, kBk] on what reaches V (not on the normalizer: lse is not affected). The caller then adds
 // P V into the state's acc, from s, or (T = float, `rounded` given) from rounded [live, kBk], P
-// times Z in bf16.
+// times Z in bf16 (rounded by `native` where given and there is no dropout).
 template <class T, class ScoreMod, class MaskMod>
 void softmax_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
                   std::int64_t i0, std::int64_t live, std::int64_t j0, std::int64_t cols,
                   const TileKind* kinds, T* s, T* z, const SoftmaxState<T>& state,
-                  std::uint16_t* rounded = nullptr) {
+                  std::uint16_t* rounded = nullptr, ExpRoundRow native = nullptr) {
   score_tile(p, b, h, i0, live, j0, cols, kinds, s, static_cast<T*>(nullptr));
-  if (!p.dropout.enabled()) return state.absorb(s, live, p.dims.Dv, rounded);
+  if (!p.dropout.enabled()) {
+    return state.absorb(s, live, p.dims.Dv, rounded, kBk, T(1), rounded ? native : nullptr);
+  }
   state.absorb(s, live, p.dims.Dv);
   dropout_tile(p, b, h, i0, live, j0, cols, z);
   for (std::int64_t r = 0; r < live; ++r) row_mul(s + r * kBk, z + r * kBk);
