@@ -52,7 +52,10 @@ std::atomic<int> forced_path{-1};
 
 bool fused_bf16_path(std::int64_t Tk, MatrixPath& path) {
   const int forced = forced_path.load(std::memory_order_relaxed);
-  if (forced == -1) return Tk >= kBf16MinKeys && best_bf16_path(path);
+  if (forced == -1) {
+    return best_bf16_path(path) &&
+           Tk >= (path == MatrixPath::amx_bf16 ? kAmxMinKeys : kBf16MinKeys);
+  }
   if (forced == -2) return false;
   path = static_cast<MatrixPath>(forced);
   return true;

@@ -48,8 +48,19 @@ bool best_bf16_path(MatrixPath& path);
 // 12.4-13.3 / 10.1-10.9, 23.3-25.1 / 17.7-18.6. From 1024 keys the bf16 products win every row.
 inline constexpr std::int64_t kBf16MinKeys = 1024;
 
+// On AMX the bf16 products win from the fewest keys. A driver timing attention_forward on bf16
+// q, k, v (B 1, H 8, Tq = Tk, medians of 31) with the f32 products forced against the AMX ones, 2
+// threads of an Intel Xeon (AVX512-BF16, AMX), 2026-11-27, ms f32 / AMX, not causal then causal:
+// D 64: T 32 0.075 / 0.046, 0.073 / 0.060; T 64 0.087 / 0.095, 0.111 / 0.088; T 128 0.43 / 0.22,
+// 0.29 / 0.18; T 256 1.07 / 0.40, 0.76 / 0.33; T 512 3.10 / 1.25, 2.13 / 0.84; T 1024 9.09 /
+// 3.89, 5.90 / 3.05. D 128: T 32 0.083 / 0.062; T 64 0.147 / 0.105; T 128 0.50 / 0.26; T 1024 19.1
+// / 6.4. Forward and backward together: D 64 T 32 0.200 / 0.199, T 128 0.93 / 0.71, T 1024 29.4 /
+// 15.1; D 128 T 32 0.303 / 0.313, T 64 0.56 / 0.50, T 1024 64.1 / 30.2. So AMX from any Tk.
+inline constexpr std::int64_t kAmxMinKeys = 0;
+
 // The path of the fused forward's bf16 products for Tk keys (true), or none: best_bf16_path from
-// kBf16MinKeys keys, unless a test forced a choice (whatever Tk).
+// kAmxMinKeys keys for AMX and kBf16MinKeys for the others, unless a test forced a choice
+// (whatever Tk).
 bool fused_bf16_path(std::int64_t Tk, MatrixPath& path);
 
 // For tests, process-wide: the fused forward's bf16 products on path (available), or with nullopt
