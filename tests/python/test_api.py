@@ -293,9 +293,10 @@ def test_sixteen_bit_tensors_in_and_out(dtype: torch.dtype) -> None:
     """bfloat16 and float16 tensors come in without a copy and go out in their dtype: computed in
     float32, the very bits of the call on the tensors converted to float32 first, rounded once;
     a decode-shaped call (4 queries against a KV cache view) reads the cache as it lies. (Tiled
-    bf16 calls of 1024 keys and more compute in bf16 products where the CPU has bf16 matrix units,
-    qkv.matrix_paths(): tests/kernels/cpu/test_bf16_forward.cpp.) Through qkv.torch's autograd the
-    gradients come back in the inputs' dtype."""
+    bf16 calls compute in bf16 products where the CPU has bf16 matrix units, qkv.matrix_paths(),
+    from 1024 keys, on AMX from any number: tests/kernels/cpu/test_bf16_forward.cpp; then the
+    tiled call here is held to the f64 reference's rule, not to the float32 call's bits.) Through
+    qkv.torch's autograd the gradients come back in the inputs' dtype."""
     gen = torch.Generator().manual_seed(3)
     cache = torch.randn(2, 4, 300, 32, generator=gen).to(dtype)  # [B, Hk, capacity, D]
     k, v = cache[:, :, :257].transpose(1, 2), cache[:, :, 1:258].transpose(1, 2)
@@ -306,7 +307,11 @@ def test_sixteen_bit_tensors_in_and_out(dtype: torch.dtype) -> None:
             q.float(), k.float(), v.float(), causal="bottom_right", return_lse=True
         )
         assert out.dtype == dtype and lse.dtype == torch.float32
-        assert torch.equal(out, want.to(dtype)) and torch.equal(lse, want_lse)
+        products = dtype == torch.bfloat16 and tq > 16 and qkv.matrix_paths()[0] == "amx-bf16"
+        if products:  # S from the same values, summed in another order
+            assert (lse - want_lse).abs().max() <= 1e-5 * want_lse.abs().max()
+        else:
+            assert torch.equal(out, want.to(dtype)) and torch.equal(lse, want_lse)
         ref = torch.nn.functional.scaled_dot_product_attention(
             q.double().transpose(1, 2),
             k.double().transpose(1, 2).repeat_interleave(2, dim=1),
