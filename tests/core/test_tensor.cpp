@@ -441,6 +441,11 @@ TEST(Copies, ContiguousConversionRunsEqualTheElementPath) {
       Tensor slow_base = Tensor::empty({kCols, kRows}, to);
       slow_base.transpose(0, 1).copy_from(source);
       const Tensor slow = slow_base.transpose(0, 1).contiguous();
+      // Rows apart (a wider row stride, the last dimension contiguous): a run per row.
+      Tensor by_rows_base = Tensor::empty({kRows, kCols + 3}, to);
+      by_rows_base.slice(1, 0, kCols).copy_from(source);
+      const Tensor by_rows = by_rows_base.slice(1, 0, kCols).contiguous();
+      EXPECT_EQ(std::memcmp(fast.data(), by_rows.data(), qkv::dtype_size(to) * kRows * kCols), 0);
       // The same bits, but for NaNs, which only have to stay NaNs (a signalling NaN's quiet bit
       // is set by whichever instruction first moves it through a wider format).
       const std::size_t size = qkv::dtype_size(to);
