@@ -71,12 +71,19 @@ namespace {
 
 std::atomic<bool> portable_rounding{false};
 
+bool native_rounding() {
+  const CpuFeatures& f = cpu_features();
+  return !portable_rounding.load(std::memory_order_relaxed) && f.avx512_bf16 && f.avx512bw &&
+         f.avx512vl;
+}
+
 }  // namespace
 
 ExpRoundRow native_exp_round_row() {
-  if (portable_rounding.load(std::memory_order_relaxed)) return nullptr;
-  return cpu_features().avx512_bf16 ? exp_round_row_avx512bf16 : nullptr;
+  return native_rounding() ? exp_round_row_avx512bf16 : nullptr;
 }
+RoundRun native_round_run() { return native_rounding() ? round_run_avx512bf16 : nullptr; }
+RoundPairs native_round_pairs() { return native_rounding() ? round_pairs_avx512bf16 : nullptr; }
 
 void force_portable_rounding(bool portable) {
   portable_rounding.store(portable, std::memory_order_relaxed);

@@ -19,6 +19,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/exp_round_bf16.hpp"
 #include "kernels/cpu/large_buffer.hpp"
 #include "kernels/cpu/pack-inl.h"
 #include "kernels/cpu/round_bf16-inl.h"
@@ -70,7 +71,9 @@ class Bf16Grads {
         do_t_(allocate_large<std::uint16_t>(size(d.B * d.Hq * q_blocks * cols_dv_ * kRows))),
         k_t_(allocate_large<std::uint16_t>(size(d.B * d.Hk * k_tiles * depth_d_ * kKeys))),
         v_t_(allocate_large<std::uint16_t>(size(d.B * d.Hk * k_tiles * depth_dv_ * kKeys))),
-        k_rows_(allocate_large<std::uint16_t>(size(d.B * d.Hk * k_tiles * kKeys * cols_d_))) {}
+        k_rows_(allocate_large<std::uint16_t>(size(d.B * d.Hk * k_tiles * kKeys * cols_d_))),
+        round_run_(native_round_run()),
+        round_pairs_(native_round_pairs()) {}
 
   std::int64_t cols_d() const { return cols_d_; }
   std::int64_t cols_dv() const { return cols_dv_; }
@@ -135,7 +138,7 @@ class Bf16Grads {
       const std::int64_t tiles = row_tiles(rows);
       std::uint16_t* a = scratch.ds_rows.get();
       for (std::int64_t r = 0; r < rows; ++r) {
-        round_bf16(dS + r * kKeys, a + r * kKeys, cols);
+        round_run(dS + r * kKeys, a + r * kKeys, cols);
         std::fill(a + r * kKeys + cols, a + (r + 1) * kKeys, std::uint16_t{0});
       }
       std::fill(a + rows * kKeys, a + tiles * kUnitRows * kKeys, std::uint16_t{0});
@@ -163,14 +166,25 @@ class Bf16Grads {
   static size_t size(std::int64_t n) { return static_cast<size_t>(std::max<std::int64_t>(n, 1)); }
   static std::int64_t row_tiles(std::int64_t rows) { return (rows + kUnitRows - 1) / kUnitRows; }
 
+  // dst [n] <- x [n] rounded to bf16, by the CPU's instruction where it has one.
+  void round_run(const float* x, std::uint16_t* dst, std::int64_t n) const {
+    if (round_run_ != nullptr) return round_run_(x, dst, n);
+    round_bf16(x, dst, n);
+  }
+
   // pairs [depth / 2, N, 2] <- x [rows, cols] (row stride ld) rounded to bf16, as B of a
   // product over the rows (two rows interleaved), zero past rows and cols.
-  static void pairs_of(const float* x, std::int64_t ld, std::int64_t rows, std::int64_t cols,
-                       std::int64_t depth, std::int64_t N, std::uint16_t* pairs) {
+  void pairs_of(const float* x, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                std::int64_t depth, std::int64_t N, std::uint16_t* pairs) const {
     for (std::int64_t r = 0; r < depth; r += 2) {
       std::uint16_t* dst = pairs + r * N;
       if (r < rows) {
-        round_bf16_pairs(x + r * ld, r + 1 < rows ? x + (r + 1) * ld : nullptr, dst, cols);
+        const float* odd = r + 1 < rows ? x + (r + 1) * ld : nullptr;
+        if (round_pairs_ != nullptr) {
+          round_pairs_(x + r * ld, odd, dst, cols);
+        } else {
+          round_bf16_pairs(x + r * ld, odd, dst, cols);
+        }
         std::fill(dst + 2 * cols, dst + 2 * N, std::uint16_t{0});
       } else {
         std::fill(dst, dst + 2 * N, std::uint16_t{0});
@@ -178,8 +192,8 @@ class Bf16Grads {
     }
   }
   // The same for x [rows, kKeys] contiguous (a transposed tile): pairs [depth / 2, kKeys, 2].
-  static void pairs_of(const float* x, std::int64_t rows, std::int64_t depth, std::int64_t N,
-                       std::uint16_t* pairs) {
+  void pairs_of(const float* x, std::int64_t rows, std::int64_t depth, std::int64_t N,
+                std::uint16_t* pairs) const {
     pairs_of(x, N, rows, N, depth, N, pairs);
   }
 
@@ -192,23 +206,25 @@ class Bf16Grads {
 
   // rows_out [kRows, depth] and t_out [cols, kRows] <- src [rows, dim] (row stride ld) and its
   // transpose, as bf16, zero elsewhere.
-  static void lay_out(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t dim,
-                      std::int64_t depth, std::int64_t cols, std::uint16_t* rows_out,
-                      std::uint16_t* t_out) {
+  void lay_out(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t dim,
+               std::int64_t depth, std::int64_t cols, std::uint16_t* rows_out,
+               std::uint16_t* t_out) const {
     for (std::int64_t r = 0; r < rows; ++r) {
-      round_bf16(src + r * ld, rows_out + r * depth, dim);
+      round_run(src + r * ld, rows_out + r * depth, dim);
       std::fill(rows_out + r * depth + dim, rows_out + (r + 1) * depth, std::uint16_t{0});
     }
     std::fill(rows_out + rows * depth, rows_out + kRows * depth, std::uint16_t{0});
     float* t = transposed_scratch(dim);
     pack_transposed(src, ld, rows, dim, kRows, t);
-    round_bf16(t, t_out, dim * kRows);
+    round_run(t, t_out, dim * kRows);
     std::fill(t_out + dim * kRows, t_out + cols * kRows, std::uint16_t{0});
   }
 
   MatrixPath path_;
   std::int64_t dim_, dim_v_, depth_d_, depth_dv_, cols_d_, cols_dv_;
   LargeBuffer<std::uint16_t> q_rows_, q_t_, do_rows_, do_t_, k_t_, v_t_, k_rows_;
+  RoundRun round_run_;  // the CPU's roundings (exp_round_bf16.hpp), or null: Highway's
+  RoundPairs round_pairs_;
 };
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE

@@ -1,5 +1,5 @@
-// exp_round_bf16.hpp's row on AVX512-BF16. Compiled with -mavx512f -mavx512bf16
-// -ffp-contract=off: the product scale * s must be rounded before the subtraction (see
+// exp_round_bf16.hpp's functions on AVX512-BF16. Compiled with -mavx512f -mavx512bw -mavx512vl
+// -mavx512bf16 -ffp-contract=off: the product scale * s must be rounded before the subtraction (see
 // tile-inl.h's scale_rows), and g++ contracts an intrinsic multiply followed by a subtract into
 // one FMA otherwise (it did in a test of -O3 -std=c++20).
 #include <immintrin.h>
@@ -40,6 +40,40 @@ float exp_round_row_avx512bf16(const float* s, float scale, float shift, std::ui
                         reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e)));
   }
   return _mm512_reduce_add_ps(sum);
+}
+
+void round_run_avx512bf16(const float* x, std::uint16_t* dst, std::int64_t n) {
+  std::int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(x + c))));
+  }
+  if (c < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - c)) - 1);
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(tail, x + c));
+    _mm256_mask_storeu_epi16(dst + c, tail, reinterpret_cast<__m256i>(v));
+  }
+}
+
+void round_pairs_avx512bf16(const float* even, const float* odd, std::uint16_t* dst,
+                            std::int64_t n) {
+  // VCVTNE2PS2BF16 puts the even row's 16 values in the low half and the odd row's in the high;
+  // the permutation interleaves them: lane 2 j <- j, lane 2 j + 1 <- 16 + j.
+  alignas(64) static constexpr std::uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i order = _mm512_load_si512(kInterleave);
+  for (std::int64_t c = 0; c < n; c += 16) {
+    const std::int64_t left = n - c < 16 ? n - c : 16;
+    const __mmask16 lanes = static_cast<__mmask16>((1u << left) - 1);
+    const __m512 e = _mm512_maskz_loadu_ps(lanes, even + c);
+    const __m512 o = odd != nullptr ? _mm512_maskz_loadu_ps(lanes, odd + c) : _mm512_setzero_ps();
+    const __m512i pairs =
+        _mm512_permutexvar_epi16(order, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(o, e)));
+    const __mmask32 words =
+        left == 16 ? ~__mmask32{0} : static_cast<__mmask32>((1ull << (2 * left)) - 1);
+    _mm512_mask_storeu_epi16(dst + 2 * c, words, pairs);
+  }
 }
 
 }  // namespace qkv::kernels::cpu

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/bf16_runs.hpp"
 #include "kernels/cpu/fused_case.hpp"
 #include "qkv/qkv.hpp"
 
@@ -20,19 +21,6 @@ namespace {
 
 using kernels::cpu::ForcedFusedPath;
 using kernels::cpu::MatrixPath;
-
-std::vector<MatrixPath> paths() {
-  std::vector<MatrixPath> out = {MatrixPath::amx_emulated};
-  for (const MatrixPath p : {MatrixPath::amx_bf16, MatrixPath::avx512_bf16}) {
-    if (kernels::cpu::path_available(p)) {
-      out.push_back(p);
-    } else {
-      std::printf("[ NOTE     ] not run here (this CPU lacks it): %s\n",
-                  kernels::cpu::path_name(p));
-    }
-  }
-  return out;
-}
 
 std::vector<FusedCase> shapes() {
   std::vector<FusedCase> out;
@@ -108,9 +96,11 @@ TEST_P(Bf16Backward, WithinThriceTheLowPrecisionReferencesErrorOnEveryPath) {
     const ForcedFusedPath none(std::nullopt);
     f32 = run(in, cpu);
   }
-  for (const MatrixPath path : paths()) {
-    SCOPED_TRACE(kernels::cpu::path_name(path));
+  for (const auto& [path, portable] : bf16_runs()) {
+    SCOPED_TRACE(std::string(kernels::cpu::path_name(path)) +
+                 (portable ? ", Highway's rounding" : ", the CPU's rounding"));
     const ForcedFusedPath forced(path);
+    const PortableRounding rounding(portable);
     const Pass got = run(in, cpu);
     EXPECT_EQ(got.grads.dq.dtype(), DType::bf16);
     const std::vector<std::pair<const char*, const Tensor AttentionGrads::*>> grads = {

@@ -6,13 +6,11 @@
 // deterministic over thread counts; and really taken (its bits differ from the f32 path's).
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "kernels/cpu/bf16_gemm.hpp"
-#include "kernels/cpu/exp_round_bf16.hpp"
+#include "kernels/cpu/bf16_runs.hpp"
 #include "kernels/cpu/fused_case.hpp"
 #include "qkv/qkv.hpp"
 
@@ -21,41 +19,6 @@ namespace {
 
 using kernels::cpu::ForcedFusedPath;
 using kernels::cpu::MatrixPath;
-
-// The paths to test here: the emulated tiles, and every hardware path this CPU runs.
-std::vector<MatrixPath> paths() {
-  std::vector<MatrixPath> out = {MatrixPath::amx_emulated};
-  for (const MatrixPath p : {MatrixPath::amx_bf16, MatrixPath::avx512_bf16}) {
-    if (kernels::cpu::path_available(p)) {
-      out.push_back(p);
-    } else {
-      std::printf("[ NOTE     ] not run here (this CPU lacks it): %s\n",
-                  kernels::cpu::path_name(p));
-    }
-  }
-  return out;
-}
-
-// The softmax's bf16 rounding in Highway's lanes (portable) or by the CPU's VCVTNEPS2BF16
-// (exp_round_bf16.hpp) for as long as it lives.
-struct PortableRounding {
-  explicit PortableRounding(bool portable) { kernels::cpu::force_portable_rounding(portable); }
-  ~PortableRounding() { kernels::cpu::force_portable_rounding(false); }
-  PortableRounding(const PortableRounding&) = delete;
-  PortableRounding& operator=(const PortableRounding&) = delete;
-};
-
-// Every path with Highway's rounding, and with the CPU's where it has AVX512-BF16.
-std::vector<std::pair<MatrixPath, bool>> runs() {
-  const bool native = kernels::cpu::native_exp_round_row() != nullptr;
-  if (!native) std::printf("[ NOTE     ] not run here (no AVX512-BF16): the CPU's bf16 rounding\n");
-  std::vector<std::pair<MatrixPath, bool>> out;
-  for (const MatrixPath path : paths()) {
-    out.emplace_back(path, true);
-    if (native) out.emplace_back(path, false);
-  }
-  return out;
-}
 
 std::vector<FusedCase> shapes() {
   std::vector<FusedCase> out;
@@ -141,7 +104,7 @@ TEST_P(Bf16Forward, WithinTwiceTheLowPrecisionReferencesErrorOnEveryPath) {
     const ForcedFusedPath none(std::nullopt);
     f32 = attention_forward(in.q, in.k, in.v, cpu);
   }
-  for (const auto& [path, portable] : runs()) {
+  for (const auto& [path, portable] : bf16_runs()) {
     SCOPED_TRACE(std::string(kernels::cpu::path_name(path)) +
                  (portable ? ", Highway's rounding" : ", the CPU's rounding"));
     const ForcedFusedPath forced(path);
