@@ -18,8 +18,11 @@ float exp_round_row_avx512bf16(const float* s, float scale, float shift, std::ui
   __m512 sum = _mm512_setzero_ps();
   for (std::int64_t c = 0; c < n; c += 16) {
     __m512 x = _mm512_sub_ps(_mm512_mul_ps(vscale, _mm512_loadu_ps(s + c)), vshift);
-    // exp_softmax, step for step: the clamp keeps NaN (an unordered compare is false).
-    x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, lowest, _CMP_LT_OQ), lowest);
+    // exp_softmax, step for step. Its clamp (a compare and a select, which keep a NaN) is one
+    // MAXPS here: x86 returns the second operand when either is NaN, so x's NaN stays; Highway
+    // cannot promise that on every target, this file runs only on x86. 128 rows of 256: 7.67-7.72
+    // -> 7.46-7.47 us, one core of the Intel Xeon (AMX), the same sums.
+    x = _mm512_max_ps(lowest, x);
     const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shifter);
     const __m512 k = _mm512_sub_ps(t, shifter);
     __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
