@@ -510,8 +510,8 @@ void Tensor::copy_from(const Tensor& src) {
   // Rows whose last dimension is contiguous on both sides (a permuted view, say) go a row at a
   // time: element by element, writing a bf16 attention output of 1M elements into a [B, H, T, D]
   // view took 3 ms, as long as the kernel itself (T 1024, D 128, 2 threads of an Intel Xeon).
-  const std::int64_t row = shape_.back();
-  if (shape_.size() > 1 && row > 1 && strides_.back() == 1 && src.strides_.back() == 1) {
+  const std::int64_t row = shape_.size() > 1 ? shape_.back() : 0;  // a 0-d tensor has no back()
+  if (row > 1 && strides_.back() == 1 && src.strides_.back() == 1) {
     const Shape outer(shape_.begin(), shape_.end() - 1);
     const Shape dst_outer(strides_.begin(), strides_.end() - 1);
     const Shape src_outer(src.strides_.begin(), src.strides_.end() - 1);

@@ -126,6 +126,18 @@ TEST_P(Factories, EveryAllocationIs64ByteAligned) {
   }
 }
 
+// A boolean destination takes the element-by-element conversion: from a 0-d tensor, and row by row
+// into rows apart (the attention fuzzer's keep-masks; a 0-d one once reached for a last
+// dimension it does not have).
+TEST(Tensor, CopyFromIntoBooleansOfAnyRank) {
+  Tensor scalar = Tensor::zeros({}, DType::boolean);
+  scalar.copy_from(Tensor::full({}, 2.0, DType::f64));
+  EXPECT_EQ(scalar.at({}), 1.0);
+  Tensor base = Tensor::zeros({2, 5}, DType::boolean);
+  base.slice(1, 1, 4).copy_from(Tensor::from_values({2, 3}, {0, 1, 0, 3, 0, -1}));
+  EXPECT_EQ(base.to_vector(), (std::vector<double>{0, 0, 1, 0, 0, 0, 1, 0, 1, 0}));
+}
+
 TEST_P(Factories, ScalarHasNoDimensionsAndOneElement) {
   const DType dtype = GetParam();
   Tensor t = Tensor::full({}, 1.0, dtype);
