@@ -126,9 +126,9 @@ TEST_P(Factories, EveryAllocationIs64ByteAligned) {
   }
 }
 
-// A boolean destination takes the element-by-element conversion: from a 0-d tensor, and row by row
-// into rows apart (the attention fuzzer's keep-masks; a 0-d one once reached for a last
-// dimension it does not have).
+// A boolean destination takes the element-by-element conversion: from a 0-d tensor, and into
+// rows apart, where floating dtypes go a row at a time (the attention fuzzer's keep-masks; a 0-d
+// one once reached for a last dimension it does not have).
 TEST(Tensor, CopyFromIntoBooleansOfAnyRank) {
   Tensor scalar = Tensor::zeros({}, DType::boolean);
   scalar.copy_from(Tensor::full({}, 2.0, DType::f64));
