@@ -14,14 +14,13 @@
 #include "core/convert.hpp"
 #include "core/dims.hpp"
 #include "core/element.hpp"
+#include "core/pages.hpp"
 #include "qkv/error.hpp"
 
 namespace qkv {
 namespace {
 
 using core::wrap_dim;
-
-constexpr std::size_t kAlignment = 64;
 
 // The number of elements of shape; refuses negative sizes and products past 2^60 elements (which
 // no memory holds; 2^60 elements of 8 bytes still count in 64 bits).
@@ -196,11 +195,7 @@ std::string shape_string(const Shape& shape) {
 Tensor Tensor::empty(Shape shape, DType dtype) {
   Tensor t;
   t.numel_ = checked_numel(shape, "shape");
-  const std::size_t bytes = static_cast<std::size_t>(t.numel_) * dtype_size(dtype);
-  const std::size_t rounded =
-      std::max<std::size_t>((bytes + kAlignment - 1) / kAlignment, 1) * kAlignment;
-  void* memory = std::aligned_alloc(kAlignment, rounded);
-  if (memory == nullptr) throw std::bad_alloc();
+  void* memory = detail::allocate_pages(static_cast<std::size_t>(t.numel_) * dtype_size(dtype));
   t.storage_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(memory), std::free);
   t.data_ = t.storage_.get();
   t.dtype_ = dtype;

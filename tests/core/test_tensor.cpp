@@ -126,6 +126,27 @@ TEST_P(Factories, EveryAllocationIs64ByteAligned) {
   }
 }
 
+// From 2 MiB up a tensor's storage starts on a huge-page boundary (core/pages.hpp), and the
+// factories fill the whole of it: sizes just below, at and above the threshold.
+TEST(Tensor, LargeStorageIsHugePageAlignedAndFilled) {
+  constexpr std::int64_t kFloats = (std::int64_t{1} << 21) / 4;
+  for (const std::int64_t n : {kFloats - 1, kFloats, kFloats + 1, 3 * kFloats + 17}) {
+    const Tensor t = Tensor::full({n}, 1.5);
+    const auto address = reinterpret_cast<std::uintptr_t>(t.data());
+    if (n >= kFloats) {
+      EXPECT_EQ(address % (std::uintptr_t{1} << 21), 0u) << "n=" << n;
+    } else {
+      EXPECT_EQ(address % 64, 0u) << "n=" << n;
+    }
+    const auto* x = static_cast<const float*>(t.data());
+    EXPECT_EQ(x[0], 1.5f);
+    EXPECT_EQ(x[n - 1], 1.5f) << "n=" << n;
+    const Tensor z = Tensor::zeros({n});
+    const auto* y = static_cast<const float*>(z.data());
+    EXPECT_EQ(std::count(y, y + n, 0.0f), n) << "n=" << n;
+  }
+}
+
 // A boolean destination takes the element-by-element conversion: from a 0-d tensor, and into
 // rows apart, where floating dtypes go a row at a time (the attention fuzzer's keep-masks; a 0-d
 // one once reached for a last dimension it does not have).
