@@ -7,5 +7,7 @@
 #include "qkv/models/decode.hpp"
 #include "qkv/models/evaluate.hpp"
 #include "qkv/models/metrics.hpp"
+#include "qkv/models/rnn_translator.hpp"
+#include "qkv/models/seq2seq.hpp"
 #include "qkv/models/train.hpp"
 #include "qkv/models/translator.hpp"

@@ -181,6 +181,13 @@ double step_toward(DType dtype, double value, double target) {
   return value;
 }
 
+// Element access and views of an undefined tensor (null storage) are errors, never reads.
+void require_defined(bool defined, const char* operation) {
+  if (!defined) {
+    throw Error("tensor", std::string("a defined tensor for ") + operation, "an undefined tensor");
+  }
+}
+
 }  // namespace
 
 std::string shape_string(const Shape& shape) {
@@ -347,6 +354,7 @@ void Tensor::set(const Shape& index, double value) {
 }
 
 std::vector<double> Tensor::to_vector() const {
+  require_defined(defined_, "to_vector");
   std::vector<double> values;
   values.reserve(static_cast<std::size_t>(numel_));
   const std::size_t size = dtype_size(dtype_);
@@ -356,15 +364,20 @@ std::vector<double> Tensor::to_vector() const {
   return values;
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  require_defined(defined_, "contiguous");
+  return is_contiguous() ? *this : clone();
+}
 
 Tensor Tensor::clone() const {
+  require_defined(defined_, "clone");
   Tensor copy = empty(shape_, dtype_);
   copy.copy_from(*this);
   return copy;
 }
 
 Tensor Tensor::to(DType dtype) const {
+  require_defined(defined_, "to");
   if (dtype == dtype_) return *this;
   Tensor copy = empty(shape_, dtype);
   copy.copy_from(*this);
@@ -372,6 +385,7 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 Tensor Tensor::permute(const Shape& dims) const {
+  require_defined(defined_, "permute");
   if (dims.size() != shape_.size()) {
     throw Error("dims", std::to_string(shape_.size()) + " dimensions", shape_string(dims));
   }
@@ -388,6 +402,7 @@ Tensor Tensor::permute(const Shape& dims) const {
 }
 
 Tensor Tensor::transpose(std::int64_t a, std::int64_t b) const {
+  require_defined(defined_, "transpose");
   a = wrap_dim(a, dim(), "a");
   b = wrap_dim(b, dim(), "b");
   Tensor t = *this;
@@ -398,6 +413,7 @@ Tensor Tensor::transpose(std::int64_t a, std::int64_t b) const {
 
 Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end,
                      std::int64_t step) const {
+  require_defined(defined_, "slice");
   d = wrap_dim(d, dim(), "dim");
   if (step <= 0) throw Error("step", "a positive step", std::to_string(step));
   const std::int64_t n = shape_[d];
@@ -417,6 +433,7 @@ Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end,
 }
 
 Tensor Tensor::reshape(Shape shape) const {
+  require_defined(defined_, "reshape");
   shape = infer_shape(std::move(shape), numel_);
   if (auto strides = view_strides(shape_, strides_, shape)) {
     Tensor t = *this;
@@ -428,6 +445,7 @@ Tensor Tensor::reshape(Shape shape) const {
 }
 
 Tensor Tensor::view(Shape shape) const {
+  require_defined(defined_, "view");
   shape = infer_shape(std::move(shape), numel_);
   auto strides = view_strides(shape_, strides_, shape);
   if (!strides) {
@@ -443,6 +461,7 @@ Tensor Tensor::view(Shape shape) const {
 }
 
 Tensor Tensor::expand(const Shape& shape) const {
+  require_defined(defined_, "expand");
   if (shape.size() < shape_.size()) {
     throw Error("shape", "at least " + std::to_string(shape_.size()) + " dimensions",
                 shape_string(shape));
@@ -469,6 +488,7 @@ Tensor Tensor::expand(const Shape& shape) const {
 }
 
 Tensor Tensor::unsqueeze(std::int64_t d) const {
+  require_defined(defined_, "unsqueeze");
   d = wrap_dim(d, dim() + 1, "dim");
   Tensor t = *this;
   const std::int64_t stride = d < dim() ? strides_[d] * shape_[d] : 1;
@@ -534,6 +554,7 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::fill(double value) {
+  require_defined(defined_, "fill");
   if (numel_ == 0) return;
   const std::size_t size = dtype_size(dtype_);
   std::byte pattern[8];

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <string>
 
@@ -43,11 +44,14 @@ Tensor stack_steps(const std::vector<Tensor>& steps, std::int64_t axis) {
 }
 
 // options.max_length, or the model's when 0
-std::int64_t max_length_of(const DecodeOptions& options, const Translator& model) {
-  const std::int64_t limit = model.config().max_length;
+std::int64_t max_length_of(const DecodeOptions& options, const Seq2Seq& model) {
+  const std::int64_t limit = model.max_length();
   if (options.max_length < 0 || options.max_length > limit) {
     throw Error("max_length", "in [0, " + std::to_string(limit) + "] (0: the model's)",
                 std::to_string(options.max_length));
+  }
+  if (options.keep_weights && !model.attends()) {
+    throw Error("keep_weights", "false for a model without attention", "true");
   }
   return options.max_length == 0 ? limit : options.max_length;
 }
@@ -56,15 +60,15 @@ std::int64_t max_length_of(const DecodeOptions& options, const Translator& model
 // Cached: one token through the cache. Uncached: the whole prefix [N, t + 1] through decode(),
 // keeping the last position.
 struct Stepper {
-  Translator& model;
+  Seq2Seq& model;
   const Batch& source;
   Var memory;
-  DecoderCache cache;
+  std::unique_ptr<DecoderState> state;
   bool use_cache;
   std::vector<std::vector<std::int64_t>> prefixes;  // uncached: the inputs so far, per row
 
   Tensor step(const std::vector<std::int64_t>& tokens, Tensor* weights) {
-    if (use_cache) return model.step(cache, tokens, weights);
+    if (use_cache) return model.step(*state, tokens, weights);
     for (std::size_t b = 0; b < tokens.size(); ++b) prefixes[b].push_back(tokens[b]);
     const Batch target_in = make_batch(prefixes);
     Tensor all_weights;
@@ -79,14 +83,14 @@ struct Stepper {
 
 }  // namespace
 
-std::vector<Translation> greedy_decode(Translator& model, const Batch& source,
+std::vector<Translation> greedy_decode(Seq2Seq& model, const Batch& source,
                                        const DecodeOptions& options) {
   const std::int64_t max_length = max_length_of(options, model);
   ag::NoGrad no_grad;
-  const std::int64_t B = source.batch, V = model.config().target_vocab;
-  Stepper stepper{model, source, model.encode(source), {}, options.use_cache, {}};
+  const std::int64_t B = source.batch, V = model.target_vocab();
+  Stepper stepper{model, source, model.encode(source), nullptr, options.use_cache, {}};
   if (options.use_cache) {
-    stepper.cache = model.start_decoding(stepper.memory, source.lengths, max_length);
+    stepper.state = model.begin_decoding(stepper.memory, source.lengths, max_length);
   } else {
     stepper.prefixes.resize(static_cast<std::size_t>(B));
   }
@@ -133,15 +137,16 @@ std::vector<Translation> greedy_decode(Translator& model, const Batch& source,
   return out;
 }
 
-Translation beam_search(Translator& model, const std::vector<std::int64_t>& source,
+Translation beam_search(Seq2Seq& model, const std::vector<std::int64_t>& source,
                         const BeamOptions& options) {
   const std::int64_t max_length = max_length_of(options.decode, model);
   if (options.beam < 1) throw Error("beam", ">= 1", std::to_string(options.beam));
   if (!options.decode.use_cache) throw Error("decode.use_cache", "true for beam search", "false");
   ag::NoGrad no_grad;
   const Batch batch = make_batch({source});
-  const std::int64_t V = model.config().target_vocab, S = batch.length;
-  DecoderCache cache = model.start_decoding(model.encode(batch), batch.lengths, max_length);
+  const std::int64_t V = model.target_vocab(), S = batch.length;
+  const std::unique_ptr<DecoderState> state =
+      model.begin_decoding(model.encode(batch), batch.lengths, max_length);
   const auto penalty = [&](std::size_t length) {
     return std::pow((5.0 + static_cast<double>(length)) / 6.0, options.length_alpha);
   };
@@ -155,7 +160,7 @@ Translation beam_search(Translator& model, const std::vector<std::int64_t>& sour
     const auto start = Clock::now();
     Tensor w;
     const Tensor logits =
-        model.step(cache, tokens, options.decode.keep_weights ? &w : nullptr).contiguous();
+        model.step(*state, tokens, options.decode.keep_weights ? &w : nullptr).contiguous();
     const double elapsed = seconds_since(start);
     const float* data = logits.data_as<float>();
     struct Candidate {
@@ -208,7 +213,7 @@ Translation beam_search(Translator& model, const std::vector<std::int64_t>& sour
       alive.clear();
       break;
     }
-    if (!alive.empty()) cache.select(rows);
+    if (!alive.empty()) state->select(rows);
   }
   for (Hypothesis& h : alive) {  // reached max_length: rank the unfinished too
     h.translation.score = h.translation.log_probability / penalty(h.translation.tokens.size());

@@ -28,7 +28,7 @@ std::pair<Batch, Batch> batches(const std::vector<SentencePair>& pairs, std::siz
 
 }  // namespace
 
-Evaluation evaluate(Translator& model, const Vocabulary& source, const Vocabulary& target,
+Evaluation evaluate(Seq2Seq& model, const Vocabulary& source, const Vocabulary& target,
                     const std::vector<SentencePair>& pairs, const EvaluationOptions& options) {
   if (options.batch_size < 1) {
     throw Error("options.batch_size", ">= 1", std::to_string(options.batch_size));
@@ -45,7 +45,7 @@ Evaluation evaluate(Translator& model, const Vocabulary& source, const Vocabular
   model.eval();
   Evaluation e;
   e.sentences = static_cast<std::int64_t>(pairs.size());
-  const std::int64_t max_length = model.config().max_length;
+  const std::int64_t max_length = model.max_length();
   AlignmentCount alignment;
   double decode_seconds = 0;
   const auto batch = static_cast<std::size_t>(options.batch_size);
@@ -72,7 +72,8 @@ Evaluation evaluate(Translator& model, const Vocabulary& source, const Vocabular
     }
     decode_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - decode_start).count();
-    // Alignment, teacher-forced: cross [n, H, T + 1, S]
+    // Alignment, teacher-forced: cross [n, H, T + 1, S] (a model without attention has none)
+    if (!model.attends()) continue;
     autograd::NoGrad no_grad;
     Tensor cross;
     model.decode(model.encode(source_batch), source_batch, target_in, &cross);

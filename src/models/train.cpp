@@ -48,8 +48,7 @@ std::vector<std::vector<std::size_t>> epoch_batches(const std::vector<Example>& 
 
 }  // namespace
 
-TrainReport train(Translator& model, const std::vector<Example>& examples,
-                  const TrainOptions& options,
+TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const TrainOptions& options,
                   const std::function<void(const TrainProgress&)>& on_step) {
   if (examples.empty()) throw Error("examples", "at least one", "none");
   if (options.steps < 1) throw Error("options.steps", ">= 1", std::to_string(options.steps));

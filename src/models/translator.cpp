@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "qkv/error.hpp"
 #include "qkv/nn/positional.hpp"
@@ -47,22 +48,6 @@ TranslatorConfig checked(const TranslatorConfig& c) {
 }
 
 }  // namespace
-
-Batch make_batch(const std::vector<std::vector<std::int64_t>>& sequences) {
-  Batch b;
-  b.batch = static_cast<std::int64_t>(sequences.size());
-  for (const auto& s : sequences) {
-    b.length = std::max<std::int64_t>(b.length, static_cast<std::int64_t>(s.size()));
-  }
-  b.ids.assign(static_cast<std::size_t>(b.batch * b.length), 0);
-  for (std::int64_t i = 0; i < b.batch; ++i) {
-    const auto& s = sequences[static_cast<std::size_t>(i)];
-    if (s.empty()) throw Error("sequences[" + str(i) + "]", "at least one token", "none");
-    std::copy(s.begin(), s.end(), b.ids.begin() + i * b.length);
-    b.lengths.push_back(static_cast<std::int64_t>(s.size()));
-  }
-  return b;
-}
 
 void DecoderCache::select(const std::vector<std::int64_t>& rows) {
   const std::int64_t n = this->rows();
@@ -206,6 +191,31 @@ Tensor Translator::step(DecoderCache& cache, const std::vector<std::int64_t>& to
   const Tensor logits = output_(decoder_norm_(x)).value();  // [N, 1, V]
   if (cross_weights != nullptr) *cross_weights = cross_weights->reshape({N, config_.heads, -1});
   return logits.reshape({N, config_.target_vocab});
+}
+
+namespace {
+
+// A DecoderCache as Seq2Seq's DecoderState.
+class CacheState final : public DecoderState {
+ public:
+  explicit CacheState(DecoderCache cache) : cache(std::move(cache)) {}
+  std::int64_t rows() const override { return cache.rows(); }
+  void select(const std::vector<std::int64_t>& rows) override { cache.select(rows); }
+  DecoderCache cache;
+};
+
+}  // namespace
+
+std::unique_ptr<DecoderState> Translator::begin_decoding(
+    const Var& memory, const std::vector<std::int64_t>& source_lengths, std::int64_t max_length) {
+  return std::make_unique<CacheState>(start_decoding(memory, source_lengths, max_length));
+}
+
+Tensor Translator::step(DecoderState& state, const std::vector<std::int64_t>& tokens,
+                        Tensor* cross_weights) {
+  auto* cache = dynamic_cast<CacheState*>(&state);
+  if (cache == nullptr) throw Error("state", "one begun by this Translator", "another model's");
+  return step(cache->cache, tokens, cross_weights);
 }
 
 }  // namespace qkv::models

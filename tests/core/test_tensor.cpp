@@ -1003,3 +1003,27 @@ INSTANTIATE_TEST_SUITE_P(
     [](const testing::TestParamInfo<ErrorCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
+
+namespace {
+// Every operation that reads or writes elements refuses an undefined tensor with qkv::Error
+// instead of touching its null storage (the recurrent translator's test once called to_vector()
+// on the empty cross-attention of a model without attention, and crashed).
+TEST(Tensor, UndefinedTensorRefusesElementAccess) {
+  Tensor t;
+  EXPECT_FALSE(t.defined());
+  EXPECT_THROW(t.to_vector(), qkv::Error);
+  EXPECT_THROW(t.clone(), qkv::Error);
+  EXPECT_THROW(t.contiguous(), qkv::Error);
+  EXPECT_THROW(t.to(DType::f64), qkv::Error);
+  EXPECT_THROW(t.fill(1.0), qkv::Error);
+  EXPECT_THROW(t.at({}), qkv::Error);
+  EXPECT_THROW(t.reshape({1}), qkv::Error);
+  EXPECT_THROW(t.view({1}), qkv::Error);
+  EXPECT_THROW(t.permute({}), qkv::Error);
+  EXPECT_THROW(t.expand({2}), qkv::Error);
+  EXPECT_THROW(t.unsqueeze(0), qkv::Error);
+  EXPECT_THROW(t.slice(0, 0, 1), qkv::Error);
+  EXPECT_THROW(t.transpose(0, 0), qkv::Error);
+  EXPECT_THROW(t.size(0), qkv::Error);
+}
+}  // namespace

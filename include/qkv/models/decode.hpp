@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "qkv/models/translator.hpp"
+#include "qkv/models/seq2seq.hpp"
 #include "qkv/tensor.hpp"
 
 namespace qkv::models {
@@ -30,7 +30,7 @@ struct Translation {
 
 // Greedy decoding of a batch: at each step every unfinished row takes its most likely token.
 // source ids [B, S] -> B translations.
-std::vector<Translation> greedy_decode(Translator& model, const Batch& source,
+std::vector<Translation> greedy_decode(Seq2Seq& model, const Batch& source,
                                        const DecodeOptions& options = {});
 
 struct BeamOptions {
@@ -43,7 +43,7 @@ struct BeamOptions {
 
 // Beam search for one sentence: source ids [S] -> the best translation. Beams share the source's
 // cross-attention keys and values; the cache follows each surviving hypothesis.
-Translation beam_search(Translator& model, const std::vector<std::int64_t>& source,
+Translation beam_search(Seq2Seq& model, const std::vector<std::int64_t>& source,
                         const BeamOptions& options = {});
 
 }  // namespace qkv::models

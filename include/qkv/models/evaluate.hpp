@@ -5,7 +5,7 @@
 
 #include "qkv/models/corpus.hpp"
 #include "qkv/models/metrics.hpp"
-#include "qkv/models/translator.hpp"
+#include "qkv/models/seq2seq.hpp"
 
 namespace qkv::models {
 
@@ -50,7 +50,7 @@ struct Evaluation {
 // Translates every pair's source and scores it against the target. Alignment: the last decoder
 // layer's cross-attention, averaged over heads, while the decoder reads the reference (so every
 // row belongs to a known target word): how often its argmax is a word the target word translates.
-Evaluation evaluate(Translator& model, const Vocabulary& source, const Vocabulary& target,
+Evaluation evaluate(Seq2Seq& model, const Vocabulary& source, const Vocabulary& target,
                     const std::vector<SentencePair>& pairs, const EvaluationOptions& options = {});
 
 }  // namespace qkv::models

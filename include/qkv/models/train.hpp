@@ -4,7 +4,7 @@
 #include <functional>
 #include <vector>
 
-#include "qkv/models/translator.hpp"
+#include "qkv/models/seq2seq.hpp"
 
 namespace qkv::models {
 
@@ -56,8 +56,7 @@ struct TrainReport {
 // smoothing) on y1 .. yn <eos>; AdamW with linear warm-up and cosine decay, gradients clipped.
 // Batches hold sentences of similar length (examples are shuffled, then sorted by length within
 // pools of 32 batches) so that little of each batch is padding. on_step is called after every step.
-TrainReport train(Translator& model, const std::vector<Example>& examples,
-                  const TrainOptions& options,
+TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const TrainOptions& options,
                   const std::function<void(const TrainProgress&)>& on_step = {});
 
 }  // namespace qkv::models

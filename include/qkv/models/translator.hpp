@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "qkv/models/seq2seq.hpp"
 #include "qkv/nn/attention.hpp"
 #include "qkv/nn/layers.hpp"
 #include "qkv/nn/module.hpp"
@@ -30,16 +31,6 @@ struct TranslatorConfig {
   std::uint64_t seed = 0;         // parameter initialization and dropout streams
 };
 
-// Token ids of B sequences padded to one length: ids [B, T] row-major, 0 (<pad>) after each
-// sequence's length.
-struct Batch {
-  std::vector<std::int64_t> ids;
-  std::vector<std::int64_t> lengths;  // [B]
-  std::int64_t batch = 0;
-  std::int64_t length = 0;  // T, the longest sequence
-};
-Batch make_batch(const std::vector<std::vector<std::int64_t>>& sequences);
-
 // What incremental decoding keeps between steps, for N rows (sentences, or sentences x beams):
 // each decoder layer's self-attention keys and values so far and its cross-attention keys and
 // values, computed once from the encoder output.
@@ -54,17 +45,17 @@ struct DecoderCache {
   void select(const std::vector<std::int64_t>& rows);
 };
 
-class Translator : public nn::Module {
+class Translator : public Seq2Seq {
  public:
   explicit Translator(const TranslatorConfig& config);
   const TranslatorConfig& config() const noexcept { return config_; }
 
   // source ids [B, S] -> memory [B, S, E] (padding ignored through the source lengths)
-  Var encode(const Batch& source);
+  Var encode(const Batch& source) override;
   // Teacher forcing: memory [B, S, E], target inputs [B, T] (<bos> y1 .. y_{T-1}) -> logits
   // [B, T, V]. With cross_weights, the last decoder layer's cross-attention [B, H, T, S].
   Var decode(const Var& memory, const Batch& source, const Batch& target_in,
-             Tensor* cross_weights = nullptr);
+             Tensor* cross_weights = nullptr) override;
 
   // Incremental decoding. memory [N, S, E] -> a cache for up to max_length target tokens.
   DecoderCache start_decoding(const Var& memory, const std::vector<std::int64_t>& source_lengths,
@@ -73,6 +64,16 @@ class Translator : public nn::Module {
   // cross_weights, the last layer's cross-attention of this step [N, H, S].
   Tensor step(DecoderCache& cache, const std::vector<std::int64_t>& tokens,
               Tensor* cross_weights = nullptr);
+
+  // Seq2Seq: the same, with the cache inside a DecoderState.
+  std::int64_t target_vocab() const override { return config_.target_vocab; }
+  std::int64_t max_length() const override { return config_.max_length; }
+  bool attends() const override { return true; }
+  std::unique_ptr<DecoderState> begin_decoding(const Var& memory,
+                                               const std::vector<std::int64_t>& source_lengths,
+                                               std::int64_t max_length) override;
+  Tensor step(DecoderState& state, const std::vector<std::int64_t>& tokens,
+              Tensor* cross_weights = nullptr) override;
 
  private:
   // ids [B, T] from position start -> embeddings plus positions [B, T, E]
