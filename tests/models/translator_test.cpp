@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "models/copy_task.hpp"
 #include "qkv/autograd/var.hpp"
 #include "qkv/error.hpp"
 #include "qkv/models/checkpoint.hpp"
@@ -22,20 +23,9 @@
 namespace qkv::models {
 namespace {
 
-constexpr std::int64_t kSymbols = 12;  // copy-task words: ids 4 .. 4 + kSymbols
-
-std::vector<Example> copy_task(std::int64_t count, std::uint64_t seed) {
-  Generator g(seed);
-  std::vector<Example> out;
-  for (std::int64_t i = 0; i < count; ++i) {
-    const std::int64_t n = 3 + static_cast<std::int64_t>(g.next_u32() % 6);
-    Example e;
-    for (std::int64_t t = 0; t < n; ++t) e.source.push_back(4 + g.next_u32() % kSymbols);
-    e.target = e.source;
-    out.push_back(e);
-  }
-  return out;
-}
+using test_support::copy_task;
+using test_support::forced_log_probability;
+using test_support::kSymbols;
 
 TranslatorConfig small_config() {
   TranslatorConfig c;
@@ -139,28 +129,6 @@ TEST_F(CopyTask, CachedDecodingEqualsUncachedDecoding) {
     for (std::size_t j = 0; j < wa.size(); ++j) EXPECT_NEAR(wa[j], wb[j], 1e-5);
   }
   EXPECT_GE(copied, 14);  // the model learned the task
-}
-
-// Teacher-forced log probability of tokens + <eos> for one source: the independent check of the
-// scores beam search reports.
-double forced_log_probability(Translator& model, const std::vector<std::int64_t>& source,
-                              const std::vector<std::int64_t>& tokens) {
-  autograd::NoGrad no_grad;
-  std::vector<std::int64_t> in = {Vocabulary::kBos};
-  in.insert(in.end(), tokens.begin(), tokens.end());
-  const Batch s = make_batch({source}), t = make_batch({in});
-  const Tensor logits = model.decode(model.encode(s), s, t).value();  // [1, T, V]
-  const std::int64_t V = logits.size(2);
-  double total = 0;
-  for (std::int64_t step = 0; step < t.length; ++step) {
-    const std::int64_t next =
-        step < static_cast<std::int64_t>(tokens.size()) ? tokens[step] : Vocabulary::kEos;
-    double max = -1e300, sum = 0;
-    for (std::int64_t v = 0; v < V; ++v) max = std::max(max, logits.at({0, step, v}));
-    for (std::int64_t v = 0; v < V; ++v) sum += std::exp(logits.at({0, step, v}) - max);
-    total += logits.at({0, step, next}) - max - std::log(sum);
-  }
-  return total;
 }
 
 TEST_F(CopyTask, BeamSearchScoresWhatItReturns) {
