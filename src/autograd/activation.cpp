@@ -4,9 +4,13 @@
 
 #include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "kernels/cpu/elementwise.hpp"
 #include "qkv/autograd/ops.hpp"
 
 namespace qkv::autograd {
+
+namespace cpu_kernels = qkv::kernels::cpu;
+
 namespace {
 
 // x [...] -> [...]: out_i = f(x_i), with the backward dx_i = g_i * df(x_i, out_i).
@@ -41,8 +45,21 @@ Var log(const Var& x) {
 // x [...] -> [...]
 Var tanh(const Var& x) {
   // out = tanh(x)
-  return unary(
-      x, [](auto v) { return std::tanh(v); }, [](auto, auto y) { return 1 - y * y; });
+  const auto derivative = [](auto, auto y) { return 1 - y * y; };
+  const Tensor& xv = x.value();
+  if (xv.dtype() != DType::f32 || !xv.is_contiguous()) {
+    return unary(
+        x, [](auto v) { return std::tanh(v); }, derivative);
+  }
+  // f32 in one vectorized pass (kernels/cpu/elementwise.hpp); f64 keeps std::tanh, the
+  // reference precision.
+  Tensor out = Tensor::empty(xv.shape(), DType::f32);
+  cpu_kernels::tanh_values(xv.data_as<float>(), xv.numel(), out.data_as<float>());
+  const Tensor saved_out = out;
+  return detail::record(std::move(out), {&x}, [=](const Tensor& g) {
+    return std::vector<Tensor>{kernels::zip3(
+        g, xv, saved_out, [&](auto gi, auto xi, auto yi) { return gi * derivative(xi, yi); })};
+  });
 }
 
 // x [...] -> [...]

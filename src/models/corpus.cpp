@@ -363,6 +363,47 @@ SentencePair draw_pair(Generator& g) {
   return pair.take();
 }
 
+// A sentence of up to max_clauses clauses (CorpusOptions::clauses > 2): n clauses, n drawn
+// uniformly from [1, max_clauses], joined by "and" or "because" each; when it has two or more, a
+// quarter of the time it opens with "when": "when A , B and C ." -> "B et C quand A .", the
+// grammar's longest-range reordering now spanning every clause after the first.
+SentencePair draw_long_pair(Generator& g, std::int64_t max_clauses) {
+  const auto n =
+      1 + static_cast<std::int64_t>(g.next_u32() % static_cast<std::uint32_t>(max_clauses));
+  const bool when = n >= 2 && chance(g, 0.25);
+  std::vector<Clause> clauses;
+  std::vector<bool> because;  // the link before clause k (k >= 1, or >= 2 after "when")
+  for (std::int64_t k = 0; k < n; ++k) {
+    clauses.push_back(draw_clause(g));
+    because.push_back(chance(g, 0.5));
+  }
+  Pair pair;
+  std::vector<ClauseSource> sources;
+  std::vector<std::int64_t> links(static_cast<std::size_t>(n), -1);
+  const std::int64_t when_at = when ? pair.source("when") : -1;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto ku = static_cast<std::size_t>(k);
+    if (k == 1 && when) {
+      pair.source(",");
+    } else if (k >= 1) {
+      links[ku] = pair.source(because[ku] ? "because" : "and");
+    }
+    sources.push_back(render_source(clauses[ku], pair));
+  }
+  const std::int64_t stop = pair.source(".");
+  for (std::int64_t k = when ? 1 : 0; k < n; ++k) {
+    const auto ku = static_cast<std::size_t>(k);
+    if (links[ku] >= 0) pair.target(because[ku] ? "parce que" : "et", {links[ku]});
+    render_target(clauses[ku], sources[ku], pair);
+  }
+  if (when) {
+    pair.target("quand", {when_at});
+    render_target(clauses[0], sources[0], pair);
+  }
+  pair.target(".", {stop});
+  return pair.take();
+}
+
 std::vector<std::string> sorted(std::set<std::string> words) {
   return std::vector<std::string>(words.begin(), words.end());
 }
@@ -380,11 +421,14 @@ std::vector<SentencePair> generate_corpus(std::int64_t count, std::uint64_t seed
   // room for it, or the loop below would never end.
   if (options.max_length < 3)
     throw Error("options.max_length", ">= 3", std::to_string(options.max_length));
+  if (options.clauses < 2 || options.clauses > 64) {
+    throw Error("options.clauses", "in [2, 64]", std::to_string(options.clauses));
+  }
   Generator g(seed);
   std::vector<SentencePair> corpus;
   corpus.reserve(static_cast<std::size_t>(count));
   while (static_cast<std::int64_t>(corpus.size()) < count) {
-    SentencePair pair = draw_pair(g);
+    SentencePair pair = options.clauses > 2 ? draw_long_pair(g, options.clauses) : draw_pair(g);
     const auto fits = [&](std::size_t n) {
       return static_cast<std::int64_t>(n) >= options.min_length &&
              static_cast<std::int64_t>(n) <= options.max_length;

@@ -96,6 +96,19 @@ RnnTranslator::RnnTranslator(const RnnTranslatorConfig& config)
   register_module("output", output_);
 }
 
+std::int64_t RnnTranslator::parameter_count(const RnnTranslatorConfig& c) {
+  const std::int64_t E = c.embedding, H = c.hidden, A = c.alignment, O = c.output;
+  const auto cell = [](std::int64_t in, std::int64_t h) { return 3 * h * (in + h) + 6 * h; };
+  std::int64_t n = (c.source_vocab + c.target_vocab) * E;  // the two embeddings
+  n += 2 * cell(E, H);                                     // the bidirectional encoder
+  n += 2 * H * H + H;                                      // W_s
+  if (c.attention) n += H * A + 2 * H * A + A + A;         // W_a, U_a and its bias, v
+  n += cell(E + 2 * H, H);                                 // the decoder's cell
+  n += (3 * H + E) * O + O;                                // W_o
+  n += O * c.target_vocab + c.target_vocab;                // W_y
+  return n;
+}
+
 // source ids [B, S] -> memory [B, S + 1, 2H]
 Var RnnTranslator::encode(const Batch& source) {
   const Var x = source_embedding_.forward(source.ids, {source.batch, source.length});

@@ -89,9 +89,15 @@ const std::map<std::string, std::set<std::string>> kDictionary = {
     {"pres", {"near"}},
 };
 
-TEST(Corpus, AlignmentsAreConsistentWithTheSentences) {
+// The demo's grammar (2 clauses at most) and the bottleneck experiment's long sentences (up to 8).
+class Alignments : public ::testing::TestWithParam<std::int64_t> {};
+
+TEST_P(Alignments, AreConsistentWithTheSentences) {
   int checked = 0, reordered = 0, one_to_two = 0, two_to_one = 0;
-  for (const SentencePair& p : generate_corpus(2000, 4)) {
+  CorpusOptions options;
+  options.clauses = GetParam();
+  options.max_length = GetParam() > 2 ? 70 : 40;
+  for (const SentencePair& p : generate_corpus(2000, 4, options)) {
     ASSERT_EQ(p.alignment.size(), p.target.size());
     std::set<std::int64_t> covered;
     std::int64_t previous = -1;
@@ -126,6 +132,47 @@ TEST(Corpus, AlignmentsAreConsistentWithTheSentences) {
   EXPECT_GT(reordered, 500);  // adjectives after nouns, clauses swapped
   EXPECT_GT(two_to_one, 100);
   EXPECT_GT(one_to_two, 100);
+}
+
+INSTANTIATE_TEST_SUITE_P(Clauses, Alignments, ::testing::Values(2, 8));
+
+// The long sentences cover every 10-word bucket up to 70 words with at least a tenth of the
+// sentences each, and "when A , B and C ." moves A after every later clause.
+TEST(Corpus, LongSentencesSpreadOverEveryLength) {
+  CorpusOptions options;
+  options.clauses = 8;
+  options.max_length = 70;
+  const auto corpus = generate_corpus(4000, 5, options);
+  std::vector<int> buckets(7, 0);
+  int when_with_more = 0;
+  for (const SentencePair& p : corpus) {
+    ASSERT_LE(p.source.size(), 70u);
+    ASSERT_LE(p.target.size(), 70u);
+    ++buckets[std::min<std::size_t>((p.source.size() - 1) / 10, 6)];
+    if (p.source[0] != "when") continue;
+    const auto comma = std::find(p.source.begin(), p.source.end(), ",");
+    ASSERT_NE(comma, p.source.end());
+    const bool more = std::find(comma, p.source.end(), "and") != p.source.end() ||
+                      std::find(comma, p.source.end(), "because") != p.source.end();
+    if (!more) continue;
+    ++when_with_more;
+    // "quand" comes after every link word of the clauses that followed the comma.
+    const auto quand = std::find(p.target.begin(), p.target.end(), "quand");
+    ASSERT_NE(quand, p.target.end());
+    EXPECT_EQ(std::find(quand, p.target.end(), "et"), p.target.end());
+    EXPECT_EQ(std::find(quand, p.target.end(), "parce"), p.target.end());
+  }
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    EXPECT_GE(buckets[b], 4000 / 20) << "source words " << 10 * b + 1 << " to " << 10 * b + 10;
+  }
+  EXPECT_GT(when_with_more, 200);
+  // clauses = 2 is the default (the demo's grammar); fewer are refused.
+  CorpusOptions two;
+  two.clauses = 2;
+  const auto a = generate_corpus(50, 9), b = generate_corpus(50, 9, two);
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].source, b[i].source);
+  two.clauses = 1;
+  EXPECT_THROW(generate_corpus(1, 1, two), Error);
 }
 
 TEST(Corpus, TheSeedsExample) {

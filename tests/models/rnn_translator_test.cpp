@@ -205,6 +205,13 @@ TEST(RnnTranslator, AttentionAddsOnlyItsOwnParameters) {
   const std::int64_t attention =
       c.alignment * c.hidden + c.alignment * 2 * c.hidden + c.alignment + c.alignment;
   EXPECT_EQ(count(search) - count(plain), attention);
+  EXPECT_EQ(RnnTranslator::parameter_count(small_config(false)), count(plain));
+  EXPECT_EQ(RnnTranslator::parameter_count(small_config(true)), count(search));
+  RnnTranslatorConfig other = small_config(true);
+  other.embedding = 24;
+  other.output = 40;
+  other.alignment = 8;
+  EXPECT_EQ(RnnTranslator::parameter_count(other), count(RnnTranslator(other)));
 }
 
 TEST(RnnTranslator, RejectsBadArguments) {

@@ -17,6 +17,7 @@
 #include "qkv/autograd/ops.hpp"
 #include "qkv/checks.hpp"
 #include "qkv/commands.hpp"
+#include "qkv/diagnostics.hpp"
 #include "qkv/error.hpp"
 #include "qkv/labels.hpp"
 #include "qkv/models/checkpoint.hpp"
@@ -84,40 +85,6 @@ std::vector<SentencePair> held_out(const std::vector<SentencePair>& train, std::
 
 // The held-out sentences whose teacher-forced cross-attention the diagnostics read.
 constexpr std::int64_t kDiagnosedSentences = 200;
-
-// Prints the verdict of every head of the last decoder layer's cross-attention
-// (qkv::viz::diagnose, against the corpus's alignments) and returns them for summary.json.
-nlohmann::json print_diagnostics(const models::Evaluation& e,
-                                 const std::vector<SentencePair>& test) {
-  const models::KeptAttention& kept = e.attention;
-  std::vector<std::vector<std::vector<std::int64_t>>> alignments;
-  for (std::size_t i = 0; i < kept.query_lengths.size(); ++i) {
-    alignments.push_back(test[i].alignment);
-  }
-  viz::DiagnosticsOptions options;
-  options.query_lengths = kept.query_lengths;
-  options.key_lengths = kept.key_lengths;
-  nlohmann::json heads = nlohmann::json::array();
-  if (!kept.weights.defined()) return heads;
-  std::printf(
-      "\nattention diagnostics (the last decoder layer's cross-attention, %zu held-out "
-      "sentences read teacher-forced):\n",
-      kept.query_lengths.size());
-  for (const viz::HeadDiagnostics& d : viz::diagnose(kept.weights, alignments, options)) {
-    std::printf("  %s\n", viz::verdict_line(d).c_str());
-    heads.push_back({{"head", d.head},
-                     {"verdict", viz::verdict_name(d.verdict)},
-                     {"rows", d.rows},
-                     {"entropy", d.entropy},
-                     {"uniform_entropy", d.uniform_entropy},
-                     {"normalized_entropy", d.normalized_entropy},
-                     {"max_weight", d.max_weight},
-                     {"mean_distance", d.mean_distance},
-                     {"aligned_rows", d.aligned_rows},
-                     {"alignment_accuracy", d.alignment_accuracy.value_or(0.0)}});
-  }
-  return heads;
-}
 
 std::string alignment_string(const SentencePair& p) {
   std::string s;
@@ -250,7 +217,8 @@ void run_demo(const DemoOptions& o) {
                 models::join_words(test[i].target).c_str(),
                 models::join_words(e.hypotheses[i]).c_str());
   }
-  const nlohmann::json diagnostics = print_diagnostics(e, test);
+  const nlohmann::json diagnostics =
+      print_diagnostics(e, test, "the last decoder layer's cross-attention");
   const std::vector<SentencePair> beam_test(
       test.begin(), test.begin() + std::min<std::int64_t>(o.beam_sentences, e.sentences));
   models::EvaluationOptions beam_options;
@@ -416,8 +384,9 @@ void add_demo(CLI::App& app) {
       ->capture_default_str()
       ->transform(integer<std::int64_t>(1));
   const CLI::App* variants = add_demo_variants(*demo);
-  demo->callback([options, variants] {
-    if (variants->parsed()) return;  // `qkv demo variants` ran instead
+  const CLI::App* bottleneck = add_demo_bottleneck(*demo);
+  demo->callback([options, variants, bottleneck] {
+    if (variants->parsed() || bottleneck->parsed()) return;  // a subcommand ran instead
     if (options->d_model % options->heads != 0) {
       throw CLI::ValidationError("--heads", "expected a divisor of --d-model " +
                                                 std::to_string(options->d_model) + ", got " +

@@ -21,6 +21,11 @@ struct SentencePair {
 struct CorpusOptions {
   std::int64_t min_length = 3;   // words, punctuation included, on both sides
   std::int64_t max_length = 40;  // words, on both sides
+  // The most clauses a sentence joins. 2: the demo's grammar (one clause, or two joined by "and",
+  // "because" or "when"). More: the long sentences of the bottleneck experiment, 1 to `clauses`
+  // clauses (uniformly), each after the first joined by "and" or "because", a quarter of those
+  // of two or more opening with "when" (see generate_corpus); 8 reaches 70 words.
+  std::int64_t clauses = 2;
 };
 
 // What the grammar does to word order and word counts:

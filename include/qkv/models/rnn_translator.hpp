@@ -38,6 +38,9 @@ class RnnTranslator : public Seq2Seq {
  public:
   explicit RnnTranslator(const RnnTranslatorConfig& config);
   const RnnTranslatorConfig& config() const noexcept { return config_; }
+  // How many parameters a model of this config has, without building it (the bottleneck
+  // experiment sizes the recurrent models to the Transformer's count with it).
+  static std::int64_t parameter_count(const RnnTranslatorConfig& config);
 
   std::int64_t target_vocab() const override { return config_.target_vocab; }
   std::int64_t max_length() const override { return config_.max_length; }
