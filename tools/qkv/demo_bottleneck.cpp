@@ -46,10 +46,10 @@ struct Options {
   std::string out = "qkv-bottleneck";
   std::uint64_t seed = 1;
   std::int64_t train_sentences = 60000;
-  std::int64_t max_words = 70;        // on both sides; the buckets are 3-10, 11-20, ..., up to it
-  std::int64_t per_bucket = 100;      // held-out sentences per bucket, decoded greedily
-  std::int64_t beam = 4;              // 0: no beam search
-  std::int64_t beam_per_bucket = 30;  // of those, decoded with beam search too
+  std::int64_t max_words = 70;         // on both sides; the buckets are 3-10, 11-20, ..., up to it
+  std::int64_t per_bucket = 100;       // held-out sentences per bucket, decoded greedily
+  std::int64_t beam = 4;               // 0: no beam search
+  std::int64_t beam_per_bucket = 100;  // of those, decoded with beam search too
   // Every model takes the same number of updates of the same batches (the seeds compare models
   // trained alike, and qkv's step times differ by model: see the README); a time budget instead
   // (or as well) caps each model's training in seconds.

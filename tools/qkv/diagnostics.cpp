@@ -3,9 +3,21 @@
 
 #include <cstdio>
 
-#include "qkv/viz/diagnostics.hpp"
-
 namespace qkv::cli {
+
+nlohmann::json head_json(const viz::HeadDiagnostics& d) {
+  nlohmann::json row = {{"head", d.head},
+                        {"verdict", viz::verdict_name(d.verdict)},
+                        {"rows", d.rows},
+                        {"entropy", d.entropy},
+                        {"uniform_entropy", d.uniform_entropy},
+                        {"normalized_entropy", d.normalized_entropy},
+                        {"max_weight", d.max_weight},
+                        {"mean_distance", d.mean_distance},
+                        {"aligned_rows", d.aligned_rows}};
+  if (d.alignment_accuracy) row["alignment_accuracy"] = *d.alignment_accuracy;
+  return row;
+}
 
 nlohmann::json print_diagnostics(const models::Evaluation& e,
                                  const std::vector<models::SentencePair>& test,
@@ -24,16 +36,7 @@ nlohmann::json print_diagnostics(const models::Evaluation& e,
               what.c_str(), kept.query_lengths.size());
   for (const viz::HeadDiagnostics& d : viz::diagnose(kept.weights, alignments, options)) {
     std::printf("  %s\n", viz::verdict_line(d).c_str());
-    heads.push_back({{"head", d.head},
-                     {"verdict", viz::verdict_name(d.verdict)},
-                     {"rows", d.rows},
-                     {"entropy", d.entropy},
-                     {"uniform_entropy", d.uniform_entropy},
-                     {"normalized_entropy", d.normalized_entropy},
-                     {"max_weight", d.max_weight},
-                     {"mean_distance", d.mean_distance},
-                     {"aligned_rows", d.aligned_rows},
-                     {"alignment_accuracy", d.alignment_accuracy.value_or(0.0)}});
+    heads.push_back(head_json(d));
   }
   return heads;
 }

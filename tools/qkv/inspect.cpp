@@ -12,6 +12,7 @@
 
 #include "qkv/checks.hpp"
 #include "qkv/commands.hpp"
+#include "qkv/diagnostics.hpp"
 #include "qkv/error.hpp"
 #include "qkv/files.hpp"
 #include "qkv/safetensors.hpp"
@@ -92,17 +93,7 @@ void run_inspect(const InspectArgs& args) {
     nlohmann::json rows = nlohmann::json::array();
     for (const viz::HeadDiagnostics& d : heads) {
       std::printf("  %s\n", viz::verdict_line(d).c_str());
-      nlohmann::json row = {{"head", d.head},
-                            {"verdict", viz::verdict_name(d.verdict)},
-                            {"rows", d.rows},
-                            {"entropy", d.entropy},
-                            {"uniform_entropy", d.uniform_entropy},
-                            {"normalized_entropy", d.normalized_entropy},
-                            {"max_weight", d.max_weight},
-                            {"mean_distance", d.mean_distance},
-                            {"aligned_rows", d.aligned_rows}};
-      if (d.alignment_accuracy) row["alignment_accuracy"] = *d.alignment_accuracy;
-      rows.push_back(row);
+      rows.push_back(head_json(d));
     }
     report[name] = rows;
   }

@@ -9,8 +9,13 @@
 
 #include "qkv/models/corpus.hpp"
 #include "qkv/models/evaluate.hpp"
+#include "qkv/viz/diagnostics.hpp"
 
 namespace qkv::cli {
+
+// One head's diagnostics as the commands write them to JSON (alignment_accuracy only where the
+// alignments were known).
+nlohmann::json head_json(const viz::HeadDiagnostics& d);
 
 // Prints the verdict of every head of e.attention (kept for the first sentences of test) under a
 // heading naming `what` attention it is, and returns them for the demo's JSON (an empty array when
