@@ -53,7 +53,7 @@ struct Options {
   // Every model takes the same number of updates of the same batches (the seeds compare models
   // trained alike, and qkv's step times differ by model: see the README); a time budget instead
   // (or as well) caps each model's training in seconds. 1500 steps: RNNsearch's loss reaches
-  // 0.83 (label smoothing's floor is near 0.8) while RNNencdec's stays at 2.4, and the three
+  // 0.83 (label smoothing's floor is near 0.8) while RNNencdec's ends at 2.4, and the three
   // train in 15 minutes (2 threads of an Intel Xeon with AMX, 2026-11-27; 100 s each, about 215
   // RNNsearch steps, had left it at BLEU 8 on the longest sentences, untrained).
   std::int64_t steps = 1500;
@@ -61,7 +61,7 @@ struct Options {
   std::int64_t batch = 32;
   double lr = 3e-3;  // the Transformer's, as the main demo's
   // The recurrent models' rate: the main demo's, not tuned further (RNNsearch reached 98.6%
-  // exact match and RNNencdec's loss had stalled well before the end at it, the same run).
+  // exact match with it, the same run).
   double rnn_lr = 3e-3;
   // The Transformer (the main demo's); the recurrent models get its parameter count.
   std::int64_t d_model = 128;
