@@ -44,7 +44,7 @@ RnnTranslatorConfig small_config(bool attention) {
 
 TrainOptions copy_training() {
   TrainOptions o;
-  o.steps = 600;
+  o.steps = 400;
   o.batch_size = 32;
   o.lr = 1e-2;
   o.warmup_steps = 20;
@@ -92,7 +92,9 @@ TEST_P(RnnCopyTask, LossFallsAndTheModelCopies) {
   const std::vector<Translation> copies = greedy_decode(model(), sources_of(test));
   int exact = 0;
   for (std::size_t i = 0; i < test.size(); ++i) exact += copies[i].tokens == test[i].target;
-  EXPECT_GE(exact, 32) << "of 64";
+  // At 400 steps RNNsearch copied all 64 and RNNencdec 42 (2 threads of an Intel Xeon,
+  // 2026-11-27): attention helps even here.
+  EXPECT_GE(exact, GetParam() ? 60 : 32) << "of 64";
 }
 
 TEST_P(RnnCopyTask, AttentionFollowsTheDiagonal) {
@@ -113,8 +115,8 @@ TEST_P(RnnCopyTask, AttentionFollowsTheDiagonal) {
   for (std::int64_t b = 0; b < source.batch; ++b) {
     std::vector<std::vector<std::int64_t>> alignment;
     // Within one word of the diagonal: the bidirectional annotation h_{t-1} holds word t as well
-    // (its backward half read word t just before word t - 1), and the trained model reads either
-    // (on this task 149 rows at t - 1, 187 at t, 1 at t + 1).
+    // (its backward half read word t just before word t - 1), and a trained model reads either
+    // (after 600 steps: 149 rows at t - 1, 187 at t, 1 at t + 1; after 400, all within one).
     for (std::int64_t t = 0; t < source.lengths[b]; ++t) {
       std::vector<std::int64_t> near;
       for (std::int64_t j = std::max<std::int64_t>(t - 1, 0);
