@@ -13,17 +13,23 @@ namespace cpu_kernels = qkv::kernels::cpu;
 
 namespace {
 
-// x [...] -> [...]: out_i = f(x_i), with the backward dx_i = g_i * df(x_i, out_i).
-template <class F, class DF>
-Var unary(const Var& x, F f, DF df) {
-  kernels::expect_floating(x.value(), "x");
+// x [...] and out [...] = f(x), computed by the caller -> the Var of out, with the backward
+// dx_i = g_i * df(x_i, out_i).
+template <class DF>
+Var record_unary(const Var& x, Tensor out, DF df) {
   const Tensor xv = x.value();
-  Tensor out = kernels::map(xv, f);
   const Tensor saved_out = out;
   return detail::record(std::move(out), {&x}, [=](const Tensor& g) {
     return std::vector<Tensor>{kernels::zip3(
         g, xv, saved_out, [&](auto gi, auto xi, auto yi) { return gi * df(xi, yi); })};
   });
+}
+
+// x [...] -> [...]: out_i = f(x_i), with the backward dx_i = g_i * df(x_i, out_i).
+template <class F, class DF>
+Var unary(const Var& x, F f, DF df) {
+  kernels::expect_floating(x.value(), "x");
+  return record_unary(x, kernels::map(x.value(), f), df);
 }
 
 }  // namespace
@@ -55,11 +61,7 @@ Var tanh(const Var& x) {
   // reference precision.
   Tensor out = Tensor::empty(xv.shape(), DType::f32);
   cpu_kernels::tanh_values(xv.data_as<float>(), xv.numel(), out.data_as<float>());
-  const Tensor saved_out = out;
-  return detail::record(std::move(out), {&x}, [=](const Tensor& g) {
-    return std::vector<Tensor>{kernels::zip3(
-        g, xv, saved_out, [&](auto gi, auto xi, auto yi) { return gi * derivative(xi, yi); })};
-  });
+  return record_unary(x, std::move(out), derivative);
 }
 
 // x [...] -> [...]
