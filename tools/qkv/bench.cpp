@@ -286,6 +286,7 @@ nlohmann::ordered_json variant_row(const char* kind, const bench::RowResult& r) 
   return {{"variant", r.shape.variant},
           {"kind", kind},
           {"pass", bench::pass_name(r.shape.pass)},
+          {"layout", r.shape.heads_first ? "bhtd" : "bthd"},
           {"B", 1},
           {"H", 8},
           {"T", r.shape.Tq},
@@ -388,72 +389,79 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
       "scores; vs_tiles: ms / (full ms x kept tiles); vs_paired: the same, full and the variant "
       "alternated call by call; linear rows (linear_attention): vs_softmax = ms / the fused "
       "softmax row's ms (full, or causal for _causal) at the same T\n\n");
-  std::printf("%-16s %-4s %6s %4s %10s %7s %7s %8s %8s %9s %8s %9s\n", "variant", "pass", "T",
-              "reps", "ms", "tiles", "scores", "GFLOP/s", "vs_tiles", "vs_paired", "RSS_MB",
-              "mask_ms");
+  std::printf("%-16s %-4s %-4s %6s %4s %10s %7s %7s %8s %8s %9s %8s %9s\n", "variant", "pass",
+              "lay", "T", "reps", "ms", "tiles", "scores", "GFLOP/s", "vs_tiles", "vs_paired",
+              "RSS_MB", "mask_ms");
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<bench::RowResult> results;
+  std::vector<bool> layouts;  // heads first or not, in the order run
+  if (opt.layout != "bhtd") layouts.push_back(false);
+  if (opt.layout != "bthd") layouts.push_back(true);
   for (const std::int64_t T : all_ts) {
     for (const bench::Pass pass : passes) {
-      double full_ms = 0;
-      bench::Shape full_shape, window_shape;
-      bool window_seen = false;
       std::map<std::string, double> softmax_ms;  // full and causal at this T and pass
-      for (const std::string& variant : bench::kVariants) {
-        if (!has(ts, T)) break;
-        bench::Shape shape;
-        shape.pass = pass;
-        shape.Tq = shape.Tk = T;
-        shape.variant = variant;
-        const auto start = std::chrono::steady_clock::now();
-        const BlockMask mask = bench::variant_mask(variant, T);
-        const double mask_ms =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                .count();
-        const double tiles = mask.kept_fraction();
-        const double pairs = bench::kept_pairs(mask);
-        const bench::RowResult r = bench::run_row(shape, threads, opt.reps, bench::Peaks{});
-        if (variant == "full") {
-          full_ms = r.ms;
-          full_shape = shape;
+      for (const bool heads_first : layouts) {
+        double full_ms = 0;
+        bench::Shape full_shape, window_shape;
+        bool window_seen = false;
+        for (const std::string& variant : bench::kVariants) {
+          if (!has(ts, T)) break;
+          bench::Shape shape;
+          shape.pass = pass;
+          shape.Tq = shape.Tk = T;
+          shape.variant = variant;
+          shape.heads_first = heads_first;
+          const auto start = std::chrono::steady_clock::now();
+          const BlockMask mask = bench::variant_mask(variant, T);
+          const double mask_ms =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                  .count();
+          const double tiles = mask.kept_fraction();
+          const double pairs = bench::kept_pairs(mask);
+          const bench::RowResult r = bench::run_row(shape, threads, opt.reps, bench::Peaks{});
+          if (variant == "full") {
+            full_ms = r.ms;
+            full_shape = shape;
+          }
+          if (variant == "window") {
+            window_shape = shape;
+            window_seen = true;
+          }
+          const double vs_paired =
+              variant == "full" ? 1.0 : paired_vs_tiles(full_shape, shape, threads, r.reps, tiles);
+          // The lambda against the built-in window, alternated the same way (tiles 1: the ratio of
+          // the times).
+          const bool lambda = variant == "window_lambda" && window_seen;
+          const double vs_builtin =
+              lambda ? paired_vs_tiles(window_shape, shape, threads, r.reps, 1.0) : 0.0;
+          const double flop = 4.0 * 8 * pairs * 64 * (pass == bench::Pass::fwd ? 1.0 : 2.5);
+          const double gflops = flop / (r.ms * 1e6);
+          const double vs_tiles = r.ms / (full_ms * tiles);
+          const double scores = pairs / (static_cast<double>(T) * static_cast<double>(T));
+          std::printf(
+              "%-16s %-4s %-4s %6lld %4d %10.3f %7.4f %7.4f %8.1f %8.2f %9.2f %8.1f %9.2f\n",
+              variant.c_str(), std::string(bench::pass_name(pass)).c_str(),
+              heads_first ? "bhtd" : "bthd", static_cast<long long>(T), r.reps, r.ms, tiles, scores,
+              gflops, vs_tiles, vs_paired, r.peak_rss_mb, mask_ms);
+          if (lambda)
+            std::printf("%-16s %-4s %-4s %6lld  vs window, paired: %.2f\n", "", "", "",
+                        static_cast<long long>(T), vs_builtin);
+          std::fflush(stdout);
+          results.push_back(r);
+          if (heads_first == layouts.front()) softmax_ms[variant] = r.ms;
+          nlohmann::ordered_json row = variant_row("softmax", r);
+          row.update(nlohmann::ordered_json{
+              {"kept_tiles", rounded(tiles, 5)},
+              {"kept_scores", rounded(scores, 5)},
+              {"gflops_kept", rounded(gflops, 3)},
+              {"vs_tiles", rounded(vs_tiles, 4)},
+              {"vs_tiles_paired", rounded(vs_paired, 4)},
+              {"vs_builtin_paired",
+               lambda ? nlohmann::ordered_json(rounded(vs_builtin, 4)) : nullptr},
+              {"peak_rss_mb", rounded(r.peak_rss_mb, 2)},
+              {"block_mask_ms", rounded(mask_ms, 3)}});
+          rows.push_back(std::move(row));
         }
-        if (variant == "window") {
-          window_shape = shape;
-          window_seen = true;
-        }
-        const double vs_paired =
-            variant == "full" ? 1.0 : paired_vs_tiles(full_shape, shape, threads, r.reps, tiles);
-        // The lambda against the built-in window, alternated the same way (tiles 1: the ratio of
-        // the times).
-        const bool lambda = variant == "window_lambda" && window_seen;
-        const double vs_builtin =
-            lambda ? paired_vs_tiles(window_shape, shape, threads, r.reps, 1.0) : 0.0;
-        const double flop = 4.0 * 8 * pairs * 64 * (pass == bench::Pass::fwd ? 1.0 : 2.5);
-        const double gflops = flop / (r.ms * 1e6);
-        const double vs_tiles = r.ms / (full_ms * tiles);
-        const double scores = pairs / (static_cast<double>(T) * static_cast<double>(T));
-        std::printf("%-16s %-4s %6lld %4d %10.3f %7.4f %7.4f %8.1f %8.2f %9.2f %8.1f %9.2f\n",
-                    variant.c_str(), std::string(bench::pass_name(pass)).c_str(),
-                    static_cast<long long>(T), r.reps, r.ms, tiles, scores, gflops, vs_tiles,
-                    vs_paired, r.peak_rss_mb, mask_ms);
-        if (lambda)
-          std::printf("%-16s %-4s %6lld  vs window, paired: %.2f\n", "", "",
-                      static_cast<long long>(T), vs_builtin);
-        std::fflush(stdout);
-        results.push_back(r);
-        softmax_ms[variant] = r.ms;
-        nlohmann::ordered_json row = variant_row("softmax", r);
-        row.update(nlohmann::ordered_json{
-            {"kept_tiles", rounded(tiles, 5)},
-            {"kept_scores", rounded(scores, 5)},
-            {"gflops_kept", rounded(gflops, 3)},
-            {"vs_tiles", rounded(vs_tiles, 4)},
-            {"vs_tiles_paired", rounded(vs_paired, 4)},
-            {"vs_builtin_paired",
-             lambda ? nlohmann::ordered_json(rounded(vs_builtin, 4)) : nullptr},
-            {"peak_rss_mb", rounded(r.peak_rss_mb, 2)},
-            {"block_mask_ms", rounded(mask_ms, 3)}});
-        rows.push_back(std::move(row));
       }
       for (const std::string& variant : bench::kLinearVariants) {
         if (!has(linear_ts, T)) break;
@@ -461,14 +469,16 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
         shape.pass = pass;
         shape.Tq = shape.Tk = T;
         shape.variant = variant;
+        shape.heads_first = layouts.front();
         const LinearOptions o = bench::linear_variant_options(variant);
         const bench::RowResult r = bench::run_row(shape, threads, opt.reps, bench::Peaks{});
         const std::string baseline = o.causal == Causal::none ? "full" : "causal";
         const auto soft = softmax_ms.find(baseline);
         const double vs_softmax = soft == softmax_ms.end() ? 0.0 : r.ms / soft->second;
-        std::printf("%-16s %-4s %6lld %4d %10.3f %7s %7s %8s %8s %9s %8.1f %9s", variant.c_str(),
-                    std::string(bench::pass_name(pass)).c_str(), static_cast<long long>(T), r.reps,
-                    r.ms, "-", "-", "-", "-", "-", r.peak_rss_mb, "-");
+        std::printf("%-16s %-4s %-4s %6lld %4d %10.3f %7s %7s %8s %8s %9s %8.1f %9s",
+                    variant.c_str(), std::string(bench::pass_name(pass)).c_str(),
+                    layouts.front() ? "bhtd" : "bthd", static_cast<long long>(T), r.reps, r.ms, "-",
+                    "-", "-", "-", "-", r.peak_rss_mb, "-");
         if (vs_softmax > 0) std::printf("  vs_softmax %.3f", vs_softmax);
         std::printf("\n");
         std::fflush(stdout);
@@ -500,7 +510,14 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
     json_file << doc.dump(2) << '\n';
     if (!json_file) throw Error("--json", "a writable file", opt.json_path);
   }
-  if (!opt.plot_path.empty()) plot_variants(results, passes, threads, opt.plot_path);
+  if (!opt.plot_path.empty()) {
+    // The first layout run (bthd with --layout both): one line per variant.
+    std::vector<bench::RowResult> plotted;
+    for (const bench::RowResult& r : results) {
+      if (r.shape.heads_first == layouts.front()) plotted.push_back(r);
+    }
+    plot_variants(plotted, passes, threads, opt.plot_path);
+  }
 }
 
 void run_bench(const BenchOptions& opt) {
@@ -658,7 +675,8 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--layout", opt->layout,
                   "Where q, k, v, out, dout and the gradients lie: bthd ([B, T, H, D], "
                   "contiguous), bhtd ([B, H, T, D] memory passed as permuted views, read and "
-                  "written in place), both (each row in both layouts, side by side)")
+                  "written in place), both (each row in both layouts, side by side; with "
+                  "--variants, the whole table in each, linear rows and --plot in bthd)")
       ->check(CLI::IsMember({"bthd", "bhtd", "both"}));
   cmd->callback([opt] { run_bench(*opt); });
 }
