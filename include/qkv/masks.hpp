@@ -74,7 +74,14 @@ concept HasClassifyRow = requires(const M& m, std::int64_t x, const TileKind* on
   m.classify_row(x, x, x, x, x, x, only, k);
 };
 
-// x[c] <- value for c < cols where m drops key j0 + c of row i, by the fastest route m has: its
+// Whether drop_keys fills intervals for M rather than running its mod key by key (the And and
+// Or of two parts: where both parts do).
+template <class M>
+inline constexpr bool drops_by_interval = HasKeys<M> ||
+                                          requires(const M& m, std::int64_t x, float* row) {
+  m.drop_row(x, x, x, x, x, 0.0f, row);
+};
+
 // own drop_row (And, Or, GlobalTokens, Strided), its key interval (a fill before and after it: a
 // compare per key took 5.6% of a sliding-window forward, T = 8192, one thread of the Zen 3 VM),
 // else a select per key, which vectorizes for a simple mod.
@@ -288,6 +295,11 @@ struct Or {
         });
   }
 };
+
+template <class A, class B>
+inline constexpr bool drops_by_interval<And<A, B>> = drops_by_interval<A>&& drops_by_interval<B>;
+template <class A, class B>
+inline constexpr bool drops_by_interval<Or<A, B>> = drops_by_interval<A>&& drops_by_interval<B>;
 
 }  // namespace masks
 

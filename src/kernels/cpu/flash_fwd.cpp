@@ -267,6 +267,7 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, s
   }
   TileKind kinds[kBq / TileTraits::kBlockQ];
   const std::int64_t head_kv = b * d.Hk + h / d.group();
+  const bool cached_drops = DropCache::serves(p.mask_mod, *p.blocks);
   for (std::int64_t kb = span.lo; kb < span.hi; ++kb) {
     if constexpr (Products::kWideTiles > 1) {
       const std::int64_t g = products.wide_tiles(blocks, b, h, qb0, halves, kb, span.hi);
@@ -287,10 +288,17 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, s
     }
     if (!any) continue;
     products.ensure(head_kv, kb);
+    const std::uint64_t* kept = nullptr;
+    if constexpr (std::is_same_v<MaskMod, FlexMask>) {
+      if (cached_drops && !all_full) {
+        kept =
+            scratch.drops.template tile<T>(p.mask_mod, *p.blocks, b, h, i0, live, j0, cols, kinds);
+      }
+    }
     T* s = scratch.s.get();
     products.scores(head_kv, kb, live, s);
     softmax_tile(p, b, h, i0, live, j0, cols, kinds, s, scratch.z.get(), state, products.rounded(),
-                 products.native_rounding());
+                 products.native_rounding(), kept);
     products.values(b, h, i0, live, head_kv, kb, cols, all_full, s, state.acc);
   }
 }

@@ -18,6 +18,7 @@
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
+#include "kernels/cpu/drop_cache-inl.h"
 #include "kernels/cpu/exp_round_bf16.hpp"
 #include "kernels/cpu/pack-inl.h"
 #include "kernels/cpu/round_bf16-inl.h"
@@ -151,10 +152,11 @@ struct SoftmaxState {
 };
 
 // Per-thread scratch of the forward: score tiles and dropout factors for `rows` rows of kBk keys,
-// the rows of scale * Q [rows, D], and softmax state for the same rows.
+// the rows of scale * Q [rows, D], softmax state for the same rows, and the mask's kept keys.
 template <class T>
 struct ForwardScratch {
   hwy::AlignedFreeUniquePtr<T[]> s, z, q, acc, m, l;
+  DropCache drops;
   ForwardScratch(std::int64_t rows, std::int64_t dim, std::int64_t dim_v)
       : s(hwy::AllocateAligned<T>(rows * kBk)),
         z(hwy::AllocateAligned<T>(rows * kBk)),
@@ -170,13 +172,14 @@ struct ForwardScratch {
 // mask (kinds: the tile kind of each 64-row half), the state's absorb, and dropout's factors z
 // [live, kBk] on what reaches V (not on the normalizer: lse is not affected). The caller then adds
 // P V into the state's acc, from s, or (T = float, `rounded` given) from rounded [live, kBk], P
-// times Z in bf16 (rounded by `native` where given and there is no dropout).
+// times Z in bf16 (rounded by `native` where given and there is no dropout). kept: as score_tile.
 template <class T, class ScoreMod, class MaskMod>
 void softmax_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
                   std::int64_t i0, std::int64_t live, std::int64_t j0, std::int64_t cols,
                   const TileKind* kinds, T* s, T* z, const SoftmaxState<T>& state,
-                  std::uint16_t* rounded = nullptr, ExpRoundRow native = nullptr) {
-  score_tile(p, b, h, i0, live, j0, cols, kinds, s, static_cast<T*>(nullptr));
+                  std::uint16_t* rounded = nullptr, ExpRoundRow native = nullptr,
+                  const std::uint64_t* kept = nullptr) {
+  score_tile(p, b, h, i0, live, j0, cols, kinds, s, static_cast<T*>(nullptr), kept);
   if (!p.dropout.enabled()) {
     return state.absorb(s, live, p.dims.Dv, rounded, kBk, T(1), rounded ? native : nullptr);
   }

@@ -36,6 +36,24 @@ void mask_row(const M& mask, std::int64_t b, std::int64_t h, std::int64_t i, std
   std::fill(x + cols, x + kBk, value);
 }
 
+static_assert(TileTraits::kBlockK == 64, "a row of a tile's kept keys is one 64-bit word");
+
+// x [kBk] <- x where bit c of `kept` is set, value elsewhere (so past the tile's keys too): a
+// row's mask from the bits drop_cache-inl.h keeps.
+template <class T>
+void keep_bits(std::uint64_t kept, T value, T* x) {
+  const hn::ScalableTag<T> d;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto fill = hn::Set(d, value);
+  for (std::int64_t c = 0; c < kBk; c += L) {
+    const std::uint64_t lanes = kept >> c;
+    std::uint8_t bytes[8];
+    for (int k = 0; k < 8; ++k) bytes[k] = static_cast<std::uint8_t>(lanes >> (8 * k));
+    const auto keep = hn::LoadMaskBits(d, bytes);
+    hn::StoreU(hn::IfThenElse(keep, hn::LoadU(d, x + c), fill), d, x + c);
+  }
+}
+
 // s [n_end] <- c tanh(s / c) and, with grad, grad [n_end] <- its derivative 1 - tanh^2(s / c)
 // (n_end a multiple of dd's lanes): what
 // BuiltinScore::soft_cap computes (and why in double), in f64 lanes, each result rounded once to
@@ -133,11 +151,12 @@ void score_row(const M& mod, std::int64_t b, std::int64_t h, std::int64_t i, std
 // from a key past the lengths, say) is overwritten, never used. Row r belongs to the block
 // mask's q-block r / kBlockQ of the tile, whose kind is kinds[r / kBlockQ]: full tiles skip the
 // mask. With grad, also writes ds'/ds, 0 where the mask drops (only asked for when the mod has a
-// slope).
+// slope). With kept [rows], the mask's kept keys of each row not in a full half come from there
+// (drop_cache-inl.h) instead of from the mod.
 template <class T, class ScoreMod, class MaskMod>
 void score_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
                 std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols,
-                const TileKind* kinds, T* S, T* grad) {
+                const TileKind* kinds, T* S, T* grad, const std::uint64_t* kept = nullptr) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   for (std::int64_t r = 0; r < rows; ++r) {
     T* s = S + r * kBk;
@@ -145,6 +164,11 @@ void score_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::i
     T* g = grad != nullptr ? grad + r * kBk : static_cast<T*>(nullptr);
     score_row(p.score_mod, b, h, i, j0, cols, s, g);
     if (kinds[r / TileTraits::kBlockQ] != TileKind::full) {
+      if (kept != nullptr) {
+        keep_bits(kept[r], kNegInf, s);
+        if (g != nullptr) keep_bits(kept[r], T(0), g);
+        continue;
+      }
       mask_row(p.mask_mod, b, h, i, j0, cols, kNegInf, s);
       if (g != nullptr) mask_row(p.mask_mod, b, h, i, j0, cols, T(0), g);
     } else {

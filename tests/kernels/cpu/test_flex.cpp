@@ -211,6 +211,52 @@ TEST(FlexAttention, LambdaEqualsTheBuiltInBitwise) {
   }
 }
 
+// Lambdas the same for every head, over sparse patterns: the forward takes each q-block's heads
+// one after another and reads the kept keys of its partial tiles from the first head's
+// evaluation (kernels/cpu/drop_cache-inl.h). Bitwise the built-in with the same rule, for a
+// window (block mask for one batch and head) and for documents that differ by batch (a block mask
+// per batch), with GQA and lengths off the tiles, f32 and f64, on one thread and on several.
+TEST(FlexAttention, LambdasSharedByTheHeadsEqualTheBuiltInBitwise) {
+  const std::int64_t T = 700;
+  std::vector<std::int64_t> ids;  // [2, T]: batch 0 in seven documents, batch 1 in five
+  for (std::int64_t t = 0; t < T; ++t) ids.push_back(t / 100);
+  for (std::int64_t t = 0; t < T; ++t)
+    ids.push_back(t < 90 ? 5 : t < 300 ? 6 : t < 450 ? 7 : 8 + t / 560);
+  auto window = [](std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) {
+    return i - j <= 100 && j - i <= 70;
+  };
+  auto documents = [ids, T](std::int64_t b, std::int64_t, std::int64_t i, std::int64_t j) {
+    return ids[static_cast<std::size_t>(b * T + i)] == ids[static_cast<std::size_t>(b * T + j)];
+  };
+  const std::vector<std::tuple<std::string, BlockMask, BlockMask>> cases = {
+      {"window", create_block_mask(window, 1, 1, T, T),
+       create_block_mask(masks::sliding_window(100, 70), 1, 1, T, T)},
+      {"documents", create_block_mask(documents, 2, 1, T, T),
+       create_block_mask(masks::document(ids, 2), 2, 1, T, T)}};
+  const int threads = num_threads();
+  for (const auto& [name, lambda, builtin] : cases) {
+    ASSERT_GT(2 * lambda.data().counts[static_cast<int>(TileKind::empty)],
+              static_cast<std::int64_t>(lambda.data().kinds.size()))
+        << name << ": the test is of a sparse pattern";
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      for (const int n : {1, threads}) {
+        SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)) + ", " + std::to_string(n) +
+                     " threads");
+        set_num_threads(n);
+        const Inputs in = inputs(2, T, T, 4, 2, 24, dtype, 17);
+        const Results got = run_flex(in, lambda, Backend::cpu);
+        const Results want = run_flex(in, builtin, Backend::cpu);
+        EXPECT_EQ(max_error(got.out, want.out), 0.0);
+        EXPECT_EQ(max_error(got.lse, want.lse), 0.0);
+        EXPECT_EQ(max_error(got.dq, want.dq), 0.0);
+        EXPECT_EQ(max_error(got.dk, want.dk), 0.0);
+        EXPECT_EQ(max_error(got.dv, want.dv), 0.0);
+      }
+    }
+  }
+  set_num_threads(threads);
+}
+
 // Score mods: a generic lambda for ALiBi equals the built-in ALiBi option (f64); a soft cap as a
 // lambda on qkv::tanh equals the built-in cap to rounding.
 TEST(FlexAttention, ScoreModsMatchTheBuiltInOptions) {

@@ -1,0 +1,84 @@
+// The keys a mask mod keeps in the partial tiles of one q-block's rows, as bits, for a mod that
+// has no closed form (a lambda given to flex_attention runs once per key) and does not depend on
+// the head (its block mask was built for one head). A sparse mask's forward takes the heads of a
+// q-block one after another (flash_fwd.cpp), so a thread evaluates the mod once per tile and
+// reads the bits for its other heads of the same rows: a lambda sliding window ran its mod over
+// 10% of its forward (perf, T = 8192, H = 8, heads-first, 2 threads of an Intel Xeon VM,
+// 2026-11-27), where the built-in window fills key intervals in 1.5%. Per-target include guard.
+#if defined(QKV_KERNELS_CPU_DROP_CACHE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_KERNELS_CPU_DROP_CACHE_INL_H_
+#undef QKV_KERNELS_CPU_DROP_CACHE_INL_H_
+#else
+#define QKV_KERNELS_CPU_DROP_CACHE_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "kernels/cpu/tile-inl.h"
+#include "kernels/cpu/tile_traits.hpp"
+#include "kernels/flex_mods.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::cpu::HWY_NAMESPACE {
+class DropCache {
+ public:
+  // Whether the cache serves this mask: a mod run key by key, the same for every head.
+  static bool serves(const FlexMask& mask, const detail::BlockMaskData& blocks) {
+    return !mask.erased->drops_by_interval && blocks.heads == 1;
+  }
+  template <class M>
+  static bool serves(const M&, const detail::BlockMaskData&) {
+    return false;
+  }
+
+  // The kept bits of rows [i0, i0 + rows) (the rows whose block-mask q-block is partial in this
+  // tile, kinds[r / kBlockQ]; the others are not computed) against keys [j0, j0 + cols) of batch
+  // b: [rows] words, from the cache where this thread computed them for these rows before (any
+  // head), else from the mod (through head h).
+  template <class T>
+  const std::uint64_t* tile(const FlexMask& mask, const detail::BlockMaskData& blocks,
+                            std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t rows,
+                            std::int64_t j0, std::int64_t cols, const TileKind* kinds) {
+    const std::int64_t kb = j0 / TileTraits::kBlockK;
+    const std::int64_t batch = blocks.batches == 1 ? 0 : b;
+    if (batch != batch_ || i0 != i0_ || rows != rows_) {
+      batch_ = batch;
+      i0_ = i0;
+      rows_ = rows;
+      ++generation_;
+    }
+    if (static_cast<std::int64_t>(generation_of_.size()) <= kb) {
+      generation_of_.resize(static_cast<std::size_t>(kb + 1), 0);
+      bits_.resize(generation_of_.size() * TileTraits::kForwardBlockQ);
+    }
+    std::uint64_t* bits = bits_.data() + kb * TileTraits::kForwardBlockQ;
+    if (generation_of_[static_cast<std::size_t>(kb)] == generation_) return bits;
+    T ones[TileTraits::kBlockK];
+    for (std::int64_t r = 0; r < rows; ++r) {
+      if (kinds[r / TileTraits::kBlockQ] == TileKind::full) continue;
+      std::fill(ones, ones + cols, T(1));
+      mask.drop_row(b, h, i0 + r, j0, cols, T(0), ones);
+      std::uint64_t kept = 0;
+      for (std::int64_t c = 0; c < cols; ++c) {
+        kept |= static_cast<std::uint64_t>(ones[c] != T(0)) << c;
+      }
+      bits[r] = kept;
+    }
+    generation_of_[static_cast<std::size_t>(kb)] = generation_;
+    return bits;
+  }
+
+ private:
+  std::int64_t batch_ = -1, i0_ = -1, rows_ = -1;
+  std::uint64_t generation_ = 0;
+  std::vector<std::uint64_t> generation_of_;  // per k-block: the generation its bits are from
+  std::vector<std::uint64_t> bits_;           // per k-block: kForwardBlockQ words
+};
+
+}  // namespace qkv::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // QKV_KERNELS_CPU_DROP_CACHE_INL_H_
