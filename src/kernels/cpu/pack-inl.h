@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/cpu/load_as-inl.h"
@@ -37,6 +38,36 @@ HWY_INLINE void transpose_4x4(const float* src, std::int64_t ld_src, float* dst,
   hn::StoreU(hn::BitCast(d, hn::InterleaveUpper(d2, b, e)), d, dst + 3 * ld_dst);
 }
 
+#if HWY_TARGET <= HWY_AVX2
+// dst [8, ld_dst] <- the transpose of src [8 rows, 8] (row stride ld_src), f32, in 256-bit
+// vectors: interleaves of 32-bit then 64-bit lanes within each 128-bit half, then the halves
+// exchanged. 24 shuffles, 8 loads and 8 stores where four 4 x 4 blocks take 32, 16 and 16.
+HWY_INLINE void transpose_8x8(const float* src, std::int64_t ld_src, float* dst,
+                              std::int64_t ld_dst) {
+  const hn::FixedTag<float, 8> d;
+  const hn::Repartition<double, decltype(d)> d2;
+  decltype(hn::Zero(d2)) u[8];
+  for (int half = 0; half < 2; ++half) {
+    const float* rows = src + 4 * half * ld_src;
+    const auto r0 = hn::LoadU(d, rows), r1 = hn::LoadU(d, rows + ld_src);
+    const auto r2 = hn::LoadU(d, rows + 2 * ld_src), r3 = hn::LoadU(d, rows + 3 * ld_src);
+    const auto t0 = hn::BitCast(d2, hn::InterleaveLower(d, r0, r1));  // columns 0 1 | 4 5
+    const auto t1 = hn::BitCast(d2, hn::InterleaveUpper(d, r0, r1));  // columns 2 3 | 6 7
+    const auto t2 = hn::BitCast(d2, hn::InterleaveLower(d, r2, r3));
+    const auto t3 = hn::BitCast(d2, hn::InterleaveUpper(d, r2, r3));
+    u[4 * half + 0] = hn::InterleaveLower(d2, t0, t2);  // column 0 | column 4, these 4 rows
+    u[4 * half + 1] = hn::InterleaveUpper(d2, t0, t2);  // column 1 | column 5
+    u[4 * half + 2] = hn::InterleaveLower(d2, t1, t3);  // column 2 | column 6
+    u[4 * half + 3] = hn::InterleaveUpper(d2, t1, t3);  // column 3 | column 7
+  }
+  for (int c = 0; c < 4; ++c) {
+    const auto top = hn::BitCast(d, u[c]), bottom = hn::BitCast(d, u[4 + c]);
+    hn::StoreU(hn::ConcatLowerLower(d, bottom, top), d, dst + c * ld_dst);
+    hn::StoreU(hn::ConcatUpperUpper(d, bottom, top), d, dst + (c + 4) * ld_dst);
+  }
+}
+#endif
+
 // The same for f64, 2 x 2.
 HWY_INLINE void transpose_2x2(const double* src, std::int64_t ld_src, double* dst,
                               std::int64_t ld_dst) {
@@ -57,6 +88,20 @@ template <class T>
 void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t cols,
                      std::int64_t n_pad, T* dst) {
   std::int64_t j = 0;
+#if HWY_TARGET <= HWY_AVX2
+  // Whole 8 x 8 blocks first where the vectors are 256 bits or wider: a sliding window's forward
+  // (T = 8192, H = 8, [B, T, H, D], 2 threads of an Intel Xeon VM, 2026-11-27, time over full x
+  // kept tiles, builds alternated twice) 1.43, 1.43 -> 1.36, 1.37; heads-first 1.31 -> 1.27.
+  if constexpr (std::is_same_v<T, float>) {
+    if (cols % 8 == 0) {
+      for (; j + 8 <= n; j += 8) {
+        for (std::int64_t c = 0; c < cols; c += 8) {
+          transpose_8x8(src + j * ld + c, ld, dst + c * n_pad + j, n_pad);
+        }
+      }
+    }
+  }
+#endif
 #if HWY_TARGET != HWY_SCALAR
   constexpr std::int64_t kSide = 16 / sizeof(T);
   for (; j + kSide <= n; j += kSide) {
