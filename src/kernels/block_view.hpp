@@ -26,6 +26,12 @@ class BlockView {
     const auto at = static_cast<std::size_t>(head(b, h) * d_->q_blocks + qb);
     return {d_->k_lo[at], d_->k_hi[at]};
   }
+  // Whether most tiles are empty: the kernels then take 64-row q-blocks and walk the heads inside
+  // each block of rows (flash_fwd.cpp, flash_bwd.cpp).
+  bool sparse() const {
+    return 2 * d_->counts[static_cast<int>(TileKind::empty)] >
+           static_cast<std::int64_t>(d_->kinds.size());
+  }
   KeyRange q_span(std::int64_t b, std::int64_t h, std::int64_t kb) const {
     const auto at = static_cast<std::size_t>(head(b, h) * d_->k_blocks + kb);
     return {d_->q_lo[at], d_->q_hi[at]};

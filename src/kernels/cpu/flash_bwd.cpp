@@ -621,8 +621,7 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   // same pages at the same time (T = 8192, H = 8, 2 threads of an Intel Xeon VM, 2026-11-27, time
   // over full x kept tiles, alternated with full, builds before -> after: window 1.51, 1.53 ->
   // 1.45, 1.45; Longformer 1.44 -> 1.41; BigBird 1.32 -> 1.35, within this host's noise).
-  const bool heads_inner = 2 * p.blocks->counts[static_cast<int>(TileKind::empty)] >
-                           static_cast<std::int64_t>(p.blocks->kinds.size());
+  const bool heads_inner = BlockView(p.blocks).sparse();
   // The captured tensors' gradients: a partial buffer per item, summed in item order at the end,
   // so the result does not depend on which thread ran which item. Where those buffers would pass
   // kCapturedPartialBytes (a captured tensor the size of a score matrix; the bias option is the

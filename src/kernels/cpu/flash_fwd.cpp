@@ -348,8 +348,7 @@ void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
   // the output in the same pages (T = 8192, H = 8, 2 threads of an Intel Xeon VM, 2026-11-27, time
   // over full x kept tiles, builds alternated: window 1.50, 1.51 -> 1.39, 1.41; Longformer 1.41
   // either way; BigBird 1.29-1.32 either way; heads-first inputs unchanged).
-  const bool sparse = 2 * p.blocks->counts[static_cast<int>(TileKind::empty)] >
-                      static_cast<std::int64_t>(p.blocks->kinds.size());
+  const bool sparse = BlockView(p.blocks).sparse();
   const std::int64_t block =
       sparse
           ? TileTraits::kBlockQ
