@@ -166,20 +166,10 @@ run_tests() {
   # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer: bad input must never
   # crash or touch memory it should not.
   build asan
-  # The tsan and fuzz builds compile beside the asan tests, which leave most of a core idle
-  # (test_cpu under the sanitizers: 291 s of CPU in 265 s on the 2-core Intel Xeon VM,
-  # 2026-11-27); their output goes to build/side-builds.log, shown when they fail.
-  (build tsan && build fuzz) >build/side-builds.log 2>&1 &
-  local side_job=$! status=0
-  ctest --preset asan || status=$?
-  if ! wait "$side_job"; then
-    cat build/side-builds.log
-    echo "qkv.sh: the tsan or fuzz build failed (build/side-builds.log)" >&2
-    exit 1
-  fi
-  if [ "$status" -ne 0 ]; then exit "$status"; fi
+  ctest --preset asan
   # test_concurrency under ThreadSanitizer: many threads calling qkv at once must not race, with
   # each other or among the OpenMP threads of one call. The build has only that test.
+  build tsan
   ctest --preset tsan
   fuzz_smoke
 }
