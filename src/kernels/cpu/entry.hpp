@@ -29,5 +29,8 @@ void soft_cap(double cap, double* s, double* grad, std::int64_t n);
 
 // y[i] = exp(x[i]) for x[i] <= 0, with the kernels' own vectorized f32 exp (for its tests).
 void exp_softmax(const float* x, float* y, std::int64_t n);
+// y[i] = exp(x[i]) for x[i] <= 0 as the bf16 forward's softmax takes it (tile-inl.h's
+// exp_for_bf16; for its tests).
+void exp_for_bf16(const float* x, float* y, std::int64_t n);
 
 }  // namespace qkv::kernels::cpu

@@ -3,14 +3,21 @@
 // The bf16 kernels' roundings by the CPU's own instructions (VCVTNEPS2BF16, VCVTNE2PS2BF16). First
 // the bf16 forward's softmax row in one pass:
 // rounded [n] <- bf16(exp(scale * s[c] - shift)), the product rounded to f32 before the
-// subtraction (as scale_rows rounds it), exp as tile-inl.h's exp_softmax computes it, operation
+// subtraction (as scale_rows rounds it), exp as tile-inl.h's exp_for_bf16 computes it, operation
 // for operation; returns the sum of the f32 exps. n is a multiple of 16. The instruction rounds
 // to nearest even as qkv::f32_to_bf16_bits does and quiets NaNs alike; it differs only in
-// flushing subnormal results, which exp_softmax gives only for arguments below -87.3, to 0.
+// flushing subnormal results, which exp_for_bf16 gives only for arguments below -87.3, to 0.
 
 #include <cstdint>
 
 namespace qkv::kernels::cpu {
+
+// exp_for_bf16's polynomial (tile-inl.h has how it was fitted and its error), shared by the
+// Highway and the AVX512-BF16 code so that both compute the same bits.
+inline constexpr float kExpBf16C1 = 0.9999668598175049f;
+inline constexpr float kExpBf16C2 = 0.5000301599502563f;
+inline constexpr float kExpBf16C3 = 0.1678747534751892f;
+inline constexpr float kExpBf16C4 = 0.04151385650038719f;
 
 using ExpRoundRow = float (*)(const float* s, float scale, float shift, std::uint16_t* rounded,
                               std::int64_t n);

@@ -381,6 +381,17 @@ void ExpSoftmaxF32(const float* x, float* y, std::int64_t n) {
   }
 }
 
+void ExpForBf16F32(const float* x, float* y, std::int64_t n) {
+  const hn::ScalableTag<float> d;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  std::int64_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(exp_for_bf16(d, hn::LoadU(d, x + i)), d, y + i);
+  for (; i < n; ++i) {
+    const hn::CappedTag<float, 1> d1;
+    hn::StoreU(exp_for_bf16(d1, hn::LoadU(d1, x + i)), d1, y + i);
+  }
+}
+
 void SoftCapF32(float cap, float* s, float* grad, std::int64_t n) { soft_cap_n(cap, s, grad, n); }
 void SoftCapF64(double cap, double* s, double* grad, std::int64_t n) {
   soft_cap_n(cap, s, grad, n);
@@ -398,6 +409,7 @@ HWY_AFTER_NAMESPACE();
 namespace qkv::kernels::cpu {
 
 HWY_EXPORT(ExpSoftmaxF32);
+HWY_EXPORT(ExpForBf16F32);
 HWY_EXPORT(SoftCapF32);
 HWY_EXPORT(SoftCapF64);
 HWY_EXPORT(ForwardF32);
@@ -407,6 +419,10 @@ HWY_EXPORT(FlexForwardF64);
 
 void exp_softmax(const float* x, float* y, std::int64_t n) {
   HWY_DYNAMIC_DISPATCH(ExpSoftmaxF32)(x, y, n);
+}
+
+void exp_for_bf16(const float* x, float* y, std::int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ExpForBf16F32)(x, y, n);
 }
 
 void soft_cap(float cap, float* s, float* grad, std::int64_t n) {

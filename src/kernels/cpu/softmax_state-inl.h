@@ -29,16 +29,16 @@
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
-// rounded [n] <- the bf16 bits of exp(s[c] - shift) (row_exp's values, which s [n] keeps as they
-// were); returns the sum of the f32 values. One pass where row_exp and round_bf16 took two: the
-// bf16 products' P V reads only the rounded P.
+// rounded [n] <- the bf16 bits of exp(s[c] - shift) by exp_for_bf16 (s [n] keeps its values);
+// returns the sum of the f32 values. One pass where row_exp and round_bf16 took two: the bf16
+// products' P V reads only the rounded P.
 inline float row_exp_bf16(const float* s, float shift, std::uint16_t* rounded, std::int64_t n) {
   const hn::ScalableTag<float> d;
   const hn::Rebind<std::uint16_t, decltype(d)> d16;
   const auto vshift = hn::Set(d, shift);
   auto sum = hn::Zero(d);
   for (std::int64_t c = 0; c < n; c += hn::Lanes(d)) {
-    const auto e = exp_softmax(d, hn::Sub(hn::Load(d, s + c), vshift));
+    const auto e = exp_for_bf16(d, hn::Sub(hn::Load(d, s + c), vshift));
     hn::StoreU(hn::DemoteTo(d16, bf16_bits(d, e)), d16, rounded + c);
     sum = hn::Add(sum, e);
   }
