@@ -67,8 +67,9 @@ kernels::LinearParams<T> params_of(const kernels::Dims& d, const Tensor& q, cons
 template <class T>
 Tensor forward_in(const kernels::Dims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                   const LinearOptions& options, bool reference) {
-  const Tensor qr = attention::readable<T>(q), kr = attention::readable<T>(k),
-               vr = attention::readable<T>(v);
+  attention::Staging staging;
+  const Tensor qr = attention::readable<T>(q, staging), kr = attention::readable<T>(k, staging),
+               vr = attention::readable<T>(v, staging);
   Tensor out = Tensor::empty({d.B, d.Tq, d.Hq, d.Dv}, attention::dtype_of<T>());
   const FeatureTable<T> table(d, options);
   kernels::LinearParams<T> p = params_of<T>(d, qr, kr, vr, options, table);
@@ -88,8 +89,9 @@ template <class T>
 LinearGrads backward_in(const kernels::Dims& d, const Tensor& dout, const Tensor& q,
                         const Tensor& k, const Tensor& v, const LinearOptions& options,
                         bool reference) {
-  const Tensor qr = attention::readable<T>(q), kr = attention::readable<T>(k),
-               vr = attention::readable<T>(v), dr = attention::readable<T>(dout);
+  attention::Staging staging;
+  const Tensor qr = attention::readable<T>(q, staging), kr = attention::readable<T>(k, staging),
+               vr = attention::readable<T>(v, staging), dr = attention::readable<T>(dout, staging);
   const DType dtype = attention::dtype_of<T>();
   LinearGrads g{Tensor::empty({d.B, d.Tq, d.Hq, d.D}, dtype),
                 Tensor::empty({d.B, d.Tk, d.Hk, d.D}, dtype),

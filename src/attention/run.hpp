@@ -5,27 +5,57 @@
 // or write them in place, converted or staged otherwise; the backend run with this call's share
 // of the threads.
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "attention/common.hpp"
 #include "core/thread_budget.hpp"
 #include "kernels/cpu/entry.hpp"
+#include "kernels/cpu/large_buffer.hpp"
 #include "kernels/cpu/weights.hpp"
 #include "kernels/reference/entry.hpp"
 #include "qkv/system.hpp"
 
 namespace qkv::attention {
 
+// The memory of one call's converted inputs and staged outputs: a contiguous tensor of T over a
+// buffer of the kernels' scratch pool (kernels/cpu/large_buffer.hpp), which the next call of the
+// same shape takes again instead of faulting in and clearing fresh pages. A bf16 backward at T
+// 4096, H 8, D 64 stages q, k, v, out, dout and three gradients in f32, 64 MiB: with
+// Tensor::empty, every call faulted in 64 huge pages (/proc/vmstat thp_fault_alloc; an f32
+// backward, 0). The tensors are views of the buffers: they live no longer than this object.
+class Staging {
+ public:
+  template <class T>
+  Tensor contiguous(const Shape& shape) {
+    std::int64_t n = 1;
+    for (const std::int64_t s : shape) n *= s;
+    buffers_.push_back(kernels::cpu::allocate_large<std::byte>(
+        static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * sizeof(T)));
+    Shape strides(shape.size(), 1);
+    for (std::size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
+    return Tensor::from_blob(buffers_.back().get(), shape, strides, dtype_of<T>());
+  }
+
+ private:
+  std::vector<kernels::cpu::LargeBuffer<std::byte>> buffers_;
+};
+
 // t (4 dimensions, [B, T, H, x]) as the kernels read it: t itself where its dtype is T and its
 // last dimension is contiguous, whatever its other strides (a permuted [B, H, T, D] view); else a
-// contiguous copy in T.
+// contiguous copy in T, in staging's memory.
 template <class T>
-Tensor readable(const Tensor& t) {
+Tensor readable(const Tensor& t, Staging& staging) {
   const bool as_is = t.dtype() == dtype_of<T>() && (t.size(-1) <= 1 || t.stride(-1) == 1);
-  return as_is ? t : t.to(dtype_of<T>()).contiguous();
+  if (as_is) return t;
+  Tensor copy = staging.contiguous<T>(t.shape());
+  copy.copy_from(t);
+  return copy;
 }
 
 template <class E>
@@ -40,15 +70,16 @@ kernels::RowStats<E> stats_of(const Tensor& t) {  // t [B, H, T]
 
 // One output of the kernels (validated: no two elements share memory, validate.hpp): the
 // caller's tensor where they can write it as it stands (dtype T; with last_contiguous, the last
-// dimension contiguous), else a contiguous tensor in T that finish() copies into the caller's.
+// dimension contiguous), else a contiguous tensor in T (in staging's memory) that finish() copies
+// into the caller's.
 template <class T>
 class Writable {
  public:
-  explicit Writable(Tensor& dest, bool last_contiguous = true)
+  Writable(Tensor& dest, Staging& staging, bool last_contiguous = true)
       : dest_(dest),
         direct_(dest.dtype() == dtype_of<T>() &&
                 (!last_contiguous || dest.size(-1) <= 1 || dest.stride(-1) == 1)),
-        tensor_(direct_ ? dest : Tensor::empty(dest.shape(), dtype_of<T>())) {}
+        tensor_(direct_ ? dest : staging.contiguous<T>(dest.shape())) {}
   const Tensor& tensor() const { return tensor_; }
   void finish() {
     if (!direct_) dest_.copy_from(tensor_);
@@ -82,13 +113,14 @@ bool reads_half_kv(Reader reader, const Tensor& k, const Tensor& v) {
 // all_bf16: the caller's q, k and v were all bf16.
 template <class T>
 struct ComputeInputs {
+  Staging staging;  // first: the copies below live in it
   Tensor q, k, v, q_half;
   kernels::HalfKind half = kernels::HalfKind::none;
   bool all_bf16 = false;
 
   ComputeInputs(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                 Reader reader = Reader::any)
-      : q(readable<T>(q_in)),
+      : q(readable<T>(q_in, staging)),
         all_bf16(q_in.dtype() == DType::bf16 && k_in.dtype() == DType::bf16 &&
                  v_in.dtype() == DType::bf16) {
     if (reads_half_kv<T>(reader, k_in, v_in)) {
@@ -99,8 +131,8 @@ struct ComputeInputs {
         q_half = q_in;
       }
     } else {
-      k = readable<T>(k_in);
-      v = readable<T>(v_in);
+      k = readable<T>(k_in, staging);
+      v = readable<T>(v_in, staging);
     }
   }
 
@@ -128,8 +160,9 @@ struct ComputeInputs {
 template <class T, class S, class M>
 void run_forward(const kernels::FwdParams<T, S, M>& params, bool reference, Tensor& out,
                  Tensor& lse) {
-  Writable<T> out_w(out);
-  Writable<T> lse_w(lse, false);
+  Staging staging;
+  Writable<T> out_w(out, staging);
+  Writable<T> lse_w(lse, staging, false);
   kernels::FwdParams<T, S, M> p = params;
   p.out = rows_of<T>(out_w.tensor());
   p.lse = stats_of<T>(lse_w.tensor());
@@ -149,10 +182,11 @@ void run_forward(const kernels::FwdParams<T, S, M>& params, bool reference, Tens
 template <class T, class S, class M>
 void run_backward(const kernels::BwdParams<T, S, M>& params, bool reference, bool bf16_inputs,
                   const Tensor& dout, const Tensor& out, const Tensor& lse, AttentionGrads& grads) {
-  const Tensor dout_r = readable<T>(dout);
-  const Tensor out_r = readable<T>(out);
+  Staging staging;
+  const Tensor dout_r = readable<T>(dout, staging);
+  const Tensor out_r = readable<T>(out, staging);
   const Tensor lse_r = lse.to(dtype_of<T>());
-  Writable<T> dq(grads.dq), dk(grads.dk), dv(grads.dv);
+  Writable<T> dq(grads.dq, staging), dk(grads.dk, staging), dv(grads.dv, staging);
   kernels::BwdParams<T, S, M> p = params;
   // The backward only reads out and lse.
   p.out = rows_of<T>(out_r);
@@ -179,7 +213,8 @@ void run_backward(const kernels::BwdParams<T, S, M>& params, bool reference, boo
 template <class T, class S, class M>
 void run_weights(const kernels::FwdParams<T, S, M>& params, bool reference, Tensor& weights) {
   const kernels::Dims& d = params.dims;
-  Writable<T> w(weights, false);
+  Staging staging;
+  Writable<T> w(weights, staging, false);
   if (reference) {
     const Tensor out_t = Tensor::empty({d.B, d.Tq, d.Hq, 1}, dtype_of<T>());
     const Tensor lse_t = Tensor::empty({d.B, d.Hq, d.Tq}, dtype_of<T>());
