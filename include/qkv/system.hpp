@@ -49,9 +49,10 @@ std::string blas_kernels();
 void set_num_threads(int n);
 int num_threads();
 
-// Memory. The fused kernels keep their large scratch buffers (packed K and V, dQ partials: from
-// 2 MiB each) after a call, up to 256 MiB in all, for the next call to reuse without faulting in
-// fresh pages. This frees every buffer kept; later calls start filling the pool again. Safe to
+// Memory. The fused kernels keep their large scratch buffers (packed K and V, dQ partials, inputs
+// converted to the compute dtype: from 2 MiB each) after a call, up to 256 MiB in all or as much
+// as the last call held at once where that was more, for the next call to reuse without faulting
+// in fresh pages. This frees every buffer kept; later calls start filling the pool again. Safe to
 // call at any time from any thread (a buffer in use by a call is not in the pool).
 void release_cached_memory();
 

@@ -46,6 +46,7 @@ LargeBuffer<T> allocate_large(std::size_t n) {
   }
   std::size_t capacity = 0;
   void* p = detail::allocate_pages(bytes, &capacity);
+  if (capacity >= detail::kHugePage) note_fresh(capacity);
   return LargeBuffer<T>(static_cast<T*>(p), FreeLarge{capacity});
 }
 
