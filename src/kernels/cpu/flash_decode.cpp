@@ -59,7 +59,10 @@ void prefetch_key(const Rows<const E>& rows, std::int64_t b, std::int64_t j, std
 // avx512f), 2026-11-24, two alternated runs, ms): f16 cache without / with: Tk = 16384 2.20 1.92
 // / 1.30 1.36, Tk = 65536 8.97 8.66 / 6.59 7.02 (bf16: 1.88 1.91 / 1.52 1.26, 8.80 8.56 / 6.81
 // 6.40; f32 unchanged within the noise, 3.47 3.54 / 3.59 3.56 at 16384). Prefetching K further
-// ahead as well (8 to 32 keys, or the next tile's K during decode_values) measured no better.
+// ahead as well (8 to 32 keys, or the next tile's K during decode_values) measured no better;
+// nor on an Intel Xeon (AVX512-BF16, AMX; 2026-11-27, f16 cache, Tk = 65536, three alternated
+// runs, ms): 13.9, 14.0, 14.3 without, 14.9, 15.4, 15.8 with K 8 keys ahead, 15.2, 15.7, 15.7
+// at 32.
 template <class T, class ScoreMod, class MaskMod, class E>
 void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& k_rows,
                    const Rows<const E>& v_rows, const T* q_scaled, std::int64_t b, HeadRange heads,
