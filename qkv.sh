@@ -154,24 +154,41 @@ fuzz_smoke() {
   return "$status"
 }
 
+# One line per step of the test command with the seconds since it started, so that a log (CI's
+# included) shows where the time went.
+phase() {
+  echo "qkv.sh: [$((SECONDS - tests_started)) s] $*"
+}
+
 run_tests() {
+  tests_started=$SECONDS
   setup "${test_packages[@]}" "${fuzz_packages[@]}"
+  phase "Debian packages present"
   # pip's downloads (torch and its CUDA libraries, ~3 GB) run while the compiler works.
   setup_python &
   local venv_job=$!
   build release
+  phase "release build done"
   wait "$venv_job"
+  phase "Python venv ready"
   ctest --preset release
+  phase "release tests done"
   python_tests
+  phase "Python package built and tested"
   # The same suite under AddressSanitizer and UndefinedBehaviorSanitizer: bad input must never
   # crash or touch memory it should not.
   build asan
+  phase "asan build done"
   ctest --preset asan
+  phase "asan tests done"
   # test_concurrency under ThreadSanitizer: many threads calling qkv at once must not race, with
   # each other or among the OpenMP threads of one call. The build has only that test.
   build tsan
+  phase "tsan build done"
   ctest --preset tsan
+  phase "tsan test done"
   fuzz_smoke
+  phase "fuzz smoke done"
 }
 
 case "${1:-}" in
