@@ -370,26 +370,25 @@ void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
   });
 }
 
-void ExpSoftmaxF32(const float* x, float* y, std::int64_t n) {
+// y [n] <- exp(x [n]) by one of tile-inl.h's f32 exps (Exp::operator()(d, v)), any n.
+template <class Exp>
+void exp_n(Exp exp, const float* x, float* y, std::int64_t n) {
   const hn::ScalableTag<float> d;
   const auto L = static_cast<std::int64_t>(hn::Lanes(d));
   std::int64_t i = 0;
-  for (; i + L <= n; i += L) hn::StoreU(exp_softmax(d, hn::LoadU(d, x + i)), d, y + i);
+  for (; i + L <= n; i += L) hn::StoreU(exp(d, hn::LoadU(d, x + i)), d, y + i);
   for (; i < n; ++i) {
     const hn::CappedTag<float, 1> d1;
-    hn::StoreU(exp_softmax(d1, hn::LoadU(d1, x + i)), d1, y + i);
+    hn::StoreU(exp(d1, hn::LoadU(d1, x + i)), d1, y + i);
   }
 }
 
+void ExpSoftmaxF32(const float* x, float* y, std::int64_t n) {
+  exp_n([](auto d, auto v) { return exp_softmax(d, v); }, x, y, n);
+}
+
 void ExpForBf16F32(const float* x, float* y, std::int64_t n) {
-  const hn::ScalableTag<float> d;
-  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  std::int64_t i = 0;
-  for (; i + L <= n; i += L) hn::StoreU(exp_for_bf16(d, hn::LoadU(d, x + i)), d, y + i);
-  for (; i < n; ++i) {
-    const hn::CappedTag<float, 1> d1;
-    hn::StoreU(exp_for_bf16(d1, hn::LoadU(d1, x + i)), d1, y + i);
-  }
+  exp_n([](auto d, auto v) { return exp_for_bf16(d, v); }, x, y, n);
 }
 
 void SoftCapF32(float cap, float* s, float* grad, std::int64_t n) { soft_cap_n(cap, s, grad, n); }
