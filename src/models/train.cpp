@@ -18,12 +18,9 @@ namespace qkv::models {
 
 namespace ag = autograd;
 
-namespace {
-
-// Batches of example indices: shuffled, sorted by source length inside pools of 32 batches,
-// the batches themselves in shuffled order.
 std::vector<std::vector<std::size_t>> epoch_batches(const std::vector<Example>& examples,
                                                     std::int64_t batch_size, Generator& g) {
+  if (batch_size < 1) throw Error("batch_size", ">= 1", std::to_string(batch_size));
   std::vector<std::size_t> order(examples.size());
   std::iota(order.begin(), order.end(), 0);
   for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[g.next_u32() % i]);
@@ -45,8 +42,6 @@ std::vector<std::vector<std::size_t>> epoch_batches(const std::vector<Example>& 
   }
   return batches;
 }
-
-}  // namespace
 
 TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const TrainOptions& options,
                   const std::function<void(const TrainProgress&)>& on_step) {
@@ -157,6 +152,7 @@ TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const Tr
       p.loss = report.losses.back();
       p.lr = lr;
       p.elapsed_seconds = report.seconds;
+      p.tokens = tokens;
       p.tokens_per_second = static_cast<double>(report.target_tokens) / report.seconds;
       const double by_steps = report.seconds / static_cast<double>(p.step) *
                               static_cast<double>(options.steps - p.step);

@@ -12,8 +12,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/thread_budget.hpp"
+#include "kernels/cpu/optimizer_update.hpp"
 #include "qkv/autograd/ops.hpp"
 #include "qkv/error.hpp"
+#include "qkv/system.hpp"
 
 namespace qkv::nn {
 
@@ -40,6 +43,26 @@ void update_elements(const Var& parameter, Update update) {
     run(value.data_as<double>());
   } else if (value.dtype() == DType::f32) {
     run(value.data_as<float>());
+  } else {
+    throw Error("parameter", "f32 or f64", std::string(dtype_name(value.dtype())));
+  }
+}
+
+// parameter [...] with its gradient [...]: fn(p, g) with pointers to the parameter's values
+// (written in place) and to its gradient's, both of the parameter's type (f32 or f64).
+template <class Fn>
+void with_data(const Var& parameter, Fn fn) {
+  const Tensor value = parameter.value();
+  if (!value.is_contiguous()) throw Error("parameter", "contiguous", value.describe());
+  const Tensor grad = parameter.grad().contiguous();
+  if (grad.dtype() != value.dtype()) {
+    throw Error("parameter's gradient", std::string(dtype_name(value.dtype())),
+                std::string(dtype_name(grad.dtype())));
+  }
+  if (value.dtype() == DType::f64) {
+    fn(value.data_as<double>(), grad.data_as<double>());
+  } else if (value.dtype() == DType::f32) {
+    fn(value.data_as<float>(), grad.data_as<float>());
   } else {
     throw Error("parameter", "f32 or f64", std::string(dtype_name(value.dtype())));
   }
@@ -122,20 +145,30 @@ void AdamW::step() {
   const AdamWOptions o = options_;
   ++steps_;
   const double t = static_cast<double>(steps_);
-  const double bias_correction1 = 1 - std::pow(o.beta1, t);
-  const double bias_correction2_sqrt = std::sqrt(1 - std::pow(o.beta2, t));
-  const double step_size = o.lr / bias_correction1;
+  kernels::cpu::AdamWConstants c;
+  c.decay = 1 - o.lr * o.weight_decay;
+  c.beta1 = o.beta1;
+  c.beta2 = o.beta2;
+  c.step_size = o.lr / (1 - std::pow(o.beta1, t));
+  c.bias_correction2_sqrt = std::sqrt(1 - std::pow(o.beta2, t));
+  c.eps = o.eps;
+  // Parameters are independent: the threads take them one at a time (errors, from a parameter
+  // that is not contiguous or f32/f64, are checked before any is updated).
+  std::vector<std::size_t> todo;
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     if (!has_grad(parameters_[i])) continue;
-    std::vector<double>& m = m_[i];
-    std::vector<double>& v = v_[i];
-    m.resize(static_cast<std::size_t>(parameters_[i].numel()));
-    v.resize(m.size());
-    update_elements(parameters_[i], [&](std::int64_t n, double& p, double g) {
-      p *= 1 - o.lr * o.weight_decay;
-      m[n] = o.beta1 * m[n] + (1 - o.beta1) * g;
-      v[n] = o.beta2 * v[n] + (1 - o.beta2) * g * g;
-      p -= step_size * m[n] / (std::sqrt(v[n]) / bias_correction2_sqrt + o.eps);
+    with_data(parameters_[i], [](const auto*, const auto*) {});
+    m_[i].resize(static_cast<std::size_t>(parameters_[i].numel()));
+    v_[i].resize(m_[i].size());
+    todo.push_back(i);
+  }
+  const detail::ThreadShare threads(num_threads());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::size_t k = 0; k < todo.size(); ++k) {
+    const std::size_t i = todo[k];
+    with_data(parameters_[i], [&](auto* p, const auto* g) {
+      kernels::cpu::adamw_update(p, g, m_[i].data(), v_[i].data(),
+                                 static_cast<std::int64_t>(m_[i].size()), c);
     });
   }
 }
@@ -149,7 +182,14 @@ double clip_grad_norm(const std::vector<Var>& parameters, double max_norm) {
   double squares = 0;
   for (const Var& p : parameters) {
     if (!has_grad(p)) continue;
-    for (const double g : p.grad().to_vector()) squares += g * g;
+    const Tensor g = p.grad().contiguous();
+    if (g.dtype() == DType::f64) {
+      squares += kernels::cpu::sum_of_squares(g.data_as<double>(), g.numel());
+    } else if (g.dtype() == DType::f32) {
+      squares += kernels::cpu::sum_of_squares(g.data_as<float>(), g.numel());
+    } else {
+      for (const double x : g.to_vector()) squares += x * x;
+    }
   }
   const double norm = std::sqrt(squares);
   const double coefficient = max_norm / (norm + 1e-6);
@@ -157,10 +197,16 @@ double clip_grad_norm(const std::vector<Var>& parameters, double max_norm) {
     for (const Var& p : parameters) {
       if (!has_grad(p)) continue;
       Tensor grad = p.grad();  // shares the gradient's storage
-      const std::vector<double> g = grad.to_vector();
-      std::vector<double> scaled(g.size());
-      for (std::size_t n = 0; n < g.size(); ++n) scaled[n] = g[n] * coefficient;
-      grad.copy_from(Tensor::from_values(grad.shape(), scaled, DType::f64));
+      if (grad.is_contiguous() && grad.dtype() == DType::f64) {
+        kernels::cpu::scale_values(grad.data_as<double>(), grad.numel(), coefficient);
+      } else if (grad.is_contiguous() && grad.dtype() == DType::f32) {
+        kernels::cpu::scale_values(grad.data_as<float>(), grad.numel(), coefficient);
+      } else {
+        const std::vector<double> g = grad.to_vector();
+        std::vector<double> scaled(g.size());
+        for (std::size_t n = 0; n < g.size(); ++n) scaled[n] = g[n] * coefficient;
+        grad.copy_from(Tensor::from_values(grad.shape(), scaled, DType::f64));
+      }
     }
   }
   return norm;

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "qkv/bench_training.hpp"
 #include "qkv/block_mask.hpp"
 #include "qkv/checks.hpp"
 #include "qkv/commands.hpp"
@@ -51,6 +52,8 @@ struct BenchOptions {
   std::string dtype = "f32";
   bool variants = false;
   std::string layout = "bthd";
+  bool training = false;
+  TrainingBenchOptions train;
 };
 
 // The SIMD and matrix-unit flags of /proc/cpuinfo that decide the kernels' paths (those the
@@ -522,6 +525,13 @@ void run_variants(const BenchOptions& opt, std::ofstream& json_file) {
 
 void run_bench(const BenchOptions& opt) {
   const int threads = opt.threads > 0 ? opt.threads : num_threads();
+  if (opt.training) {
+    set_num_threads(threads);
+    TrainingBenchOptions train = opt.train;
+    train.json_path = opt.json_path;
+    run_training_bench(train);
+    return;
+  }
   const DType dtype = opt.dtype == "f64"    ? DType::f64
                       : opt.dtype == "bf16" ? DType::bf16
                       : opt.dtype == "f16"  ? DType::f16
@@ -678,6 +688,26 @@ void add_bench(CLI::App& app) {
                   "written in place), both (each row in both layouts, side by side; with "
                   "--variants, the whole table in each, linear rows and --plot in bthd)")
       ->check(CLI::IsMember({"bthd", "bhtd", "both"}));
+  CLI::Option* training = cmd->add_flag(
+      "--training", opt->training,
+      "qkv demo's translator instead: training steps on its corpus and batches of 32, timed one "
+      "by one after --warmup-steps untimed ones, then greedy decoding of --decode-sentences "
+      "sentences with the KV cache (bench/compare_training.py runs PyTorch's twin beside it)");
+  training->excludes(variants);
+  cmd->add_option("--train-steps", opt->train.steps, "With --training: timed steps")
+      ->transform(integer<std::int64_t>(1))
+      ->needs(training);
+  cmd->add_option("--warmup-steps", opt->train.warmup, "With --training: untimed steps first")
+      ->transform(integer<std::int64_t>(0))
+      ->needs(training);
+  cmd->add_option("--decode-sentences", opt->train.decode_sentences,
+                  "With --training: sentences decoded")
+      ->transform(integer<std::int64_t>(1))
+      ->needs(training);
+  cmd->add_option("--batches-json", opt->train.batches_path,
+                  "With --training: also write the batches trained on and the sentences decoded "
+                  "(token ids) to this JSON file, for bench/compare_training.py")
+      ->needs(training);
   cmd->callback([opt] { run_bench(*opt); });
 }
 

@@ -1,10 +1,12 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "qkv/models/seq2seq.hpp"
+#include "qkv/philox.hpp"
 
 namespace qkv::models {
 
@@ -39,6 +41,7 @@ struct TrainProgress {
   std::int64_t steps = 0;
   double loss = 0;  // of the last step
   double lr = 0;
+  std::int64_t tokens = 0;       // target tokens of the last step (<eos> included)
   double tokens_per_second = 0;  // target tokens, since the start
   double elapsed_seconds = 0;
   double eta_seconds = 0;
@@ -51,6 +54,12 @@ struct TrainReport {
   std::vector<double> losses;      // one per step
   std::int64_t skipped_steps = 0;  // f16: steps whose gradient overflowed (no update)
 };
+
+// One epoch's batches of example indices, as train() draws them from g: the examples shuffled,
+// sorted by source length inside pools of 32 batches, the batches in shuffled order. train() with
+// TrainOptions::seed s begins with epoch_batches(examples, batch_size, Generator(s)).
+std::vector<std::vector<std::size_t>> epoch_batches(const std::vector<Example>& examples,
+                                                    std::int64_t batch_size, Generator& g);
 
 // Teacher forcing: the decoder reads <bos> y1 .. yn and is scored (cross-entropy with label
 // smoothing) on y1 .. yn <eos>; AdamW with linear warm-up and cosine decay, gradients clipped.
