@@ -11,10 +11,10 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/block_cache.hpp"
 #include "core/convert.hpp"
 #include "core/dims.hpp"
 #include "core/element.hpp"
-#include "core/pages.hpp"
 #include "qkv/error.hpp"
 
 namespace qkv {
@@ -202,8 +202,12 @@ std::string shape_string(const Shape& shape) {
 Tensor Tensor::empty(Shape shape, DType dtype) {
   Tensor t;
   t.numel_ = checked_numel(shape, "shape");
-  void* memory = detail::allocate_pages(static_cast<std::size_t>(t.numel_) * dtype_size(dtype));
-  t.storage_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(memory), std::free);
+  std::size_t capacity = 0;
+  void* memory =
+      detail::take_block(static_cast<std::size_t>(t.numel_) * dtype_size(dtype), &capacity);
+  t.storage_ =
+      std::shared_ptr<std::byte>(static_cast<std::byte*>(memory),
+                                 [capacity](std::byte* p) { detail::give_block(p, capacity); });
   t.data_ = t.storage_.get();
   t.dtype_ = dtype;
   t.defined_ = true;

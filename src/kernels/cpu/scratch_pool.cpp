@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/block_cache.hpp"
 #include "qkv/system.hpp"
 
 namespace qkv::kernels::cpu {
@@ -129,6 +130,9 @@ void give_pooled(void* p, std::size_t capacity) noexcept { pool().give(p, capaci
 
 namespace qkv {
 
-void release_cached_memory() { kernels::cpu::pool().release(); }
+void release_cached_memory() {
+  kernels::cpu::pool().release();
+  detail::release_blocks();
+}
 
 }  // namespace qkv
