@@ -57,8 +57,8 @@ MultiheadAttentionConfig resolved(MultiheadAttentionConfig c) {
 
 // x [B, T, in], w [out_total, in] rows [row, row + n), bias rows the same -> [B, T, n]
 Var project(const Var& x, const Var& w, std::int64_t row, std::int64_t n, const Var& bias) {
-  const Var y = ag::matmul(x, ag::transpose(ag::slice(w, 0, row, row + n), 0, 1));
-  return bias.defined() ? y + ag::slice(bias, 0, row, row + n) : y;
+  return ag::linear(x, ag::slice(w, 0, row, row + n),
+                    bias.defined() ? ag::slice(bias, 0, row, row + n) : Var());
 }
 
 void check_input(const char* name, const Var& x, std::int64_t batch, std::int64_t dim) {

@@ -34,8 +34,7 @@ Var Linear::forward(const Var& x) const {
   if (x.dim() < 1 || x.size(-1) != in_) {
     throw Error("x", "last dimension " + std::to_string(in_), shape_string(x.shape()));
   }
-  const Var y = ag::matmul(x, ag::transpose(weight_, 0, 1));  // [..., out]
-  return bias_.defined() ? y + bias_ : y;
+  return ag::linear(x, weight_, bias_);  // [..., out]
 }
 
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim, Generator& generator,

@@ -100,6 +100,61 @@ TEST(Matmul, MatchesFiniteDifferencesAndLoops) {
   }
 }
 
+// linear's one node against central differences, and its forward against the loop x W^T + b:
+// 2-D and 3-D x, with and without a bias, W a whole matrix, a slice of rows of a packed one (read
+// in place), and a transposed view (copied); f32 against f64.
+TEST(Linear, MatchesFiniteDifferencesAndTheLoop) {
+  std::uint64_t seed = 30;
+  for (const Shape& xs : {Shape{3, 4}, Shape{2, 3, 4}, Shape{1, 1, 1, 4}}) {
+    for (const bool with_bias : {true, false}) {
+      for (const int layout : {0, 1, 2}) {
+        const Tensor x = random(xs, seed++), b = random({5}, seed++);
+        const Tensor packed = random({9, 4}, seed++), wt = random({4, 5}, seed++);
+        // W [5, 4]: packed rows 2..7, the transpose of wt, or that transpose reshaped (a copy)
+        const auto weight = [layout](const Var& p, const Var& t) {
+          return layout == 0   ? ag::slice(p, 0, 2, 7)
+                 : layout == 1 ? ag::transpose(t, 0, 1)
+                               : ag::reshape(ag::transpose(t, 0, 1), {5, 4});
+        };
+        const std::string name = "linear " + std::to_string(layout) + (with_bias ? " bias" : "");
+        expect_gradcheck(name,
+                         [&](const std::vector<Var>& v) {
+                           return ag::linear(v[0], weight(v[1], v[2]), with_bias ? v[3] : Var());
+                         },
+                         {x, packed, wt, b});
+        const Tensor w = weight(Var(packed), Var(wt)).value();
+        const Tensor y = ag::linear(Var(x), Var(w), with_bias ? Var(b) : Var()).value();
+        Shape ys = xs;
+        ys.back() = 5;
+        ASSERT_EQ(y.shape(), ys);
+        const std::vector<double> xv = x.to_vector(), yv = y.to_vector(), bv = b.to_vector();
+        for (std::size_t r = 0; r < xv.size() / 4; ++r) {
+          for (std::int64_t n = 0; n < 5; ++n) {
+            double sum = with_bias ? bv[n] : 0.0;
+            for (std::int64_t k = 0; k < 4; ++k) sum += xv[r * 4 + k] * w.at({n, k});
+            EXPECT_NEAR(yv[r * 5 + n], sum, 1e-14) << name;
+          }
+        }
+      }
+    }
+  }
+  const Tensor x = random({6, 33}, 40), w = random({17, 33}, 41), b = random({17}, 42);
+  const Tensor y64 = ag::linear(Var(x), Var(w), Var(b)).value();
+  const Tensor y32 =
+      ag::linear(Var(x.to(DType::f32)), Var(w.to(DType::f32)), Var(b.to(DType::f32))).value();
+  EXPECT_EQ(y32.dtype(), DType::f32);
+  EXPECT_LT(relative_difference(y32, y64), 1e-6);
+}
+
+TEST(Linear, RefusesShapesThatDoNotFit) {
+  const Var x(random({2, 4}, 50)), w(random({3, 4}, 51));
+  EXPECT_THROW(ag::linear(x, Var(random({3, 5}, 52))), Error);
+  EXPECT_THROW(ag::linear(x, Var(random({12}, 53))), Error);
+  EXPECT_THROW(ag::linear(x, w, Var(random({4}, 54))), Error);
+  EXPECT_THROW(ag::linear(x, w, Var(random({3, 1}, 55))), Error);
+  EXPECT_THROW(ag::linear(x, Var(random({3, 4}, 56).to(DType::f32))), Error);
+}
+
 TEST(Matmul, F32MatchesF64) {
   const Tensor a = random({3, 5, 7}, 20), b = random({7, 4}, 21);
   const Tensor c64 = ag::matmul(Var(a), Var(b)).value();

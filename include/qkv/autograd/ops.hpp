@@ -31,6 +31,13 @@ Var cast(const Var& x, DType dtype);
 // likewise (dA and dB rounded once). Under an Autocast, f32 a and b compute in its dtype.
 Var matmul(const Var& a, const Var& b);
 
+// --- affine.cpp -----------------------------------------------------------------------------
+// PyTorch's F.linear: x [..., K], weight [N, K], bias [N] (optional) -> x W^T + b [..., N], one
+// node (the bias written first and the product added onto it; the backward's dx = dy W, dW = dy^T
+// x and db = the column sums of dy, W read in place where its rows are contiguous). f32 and f64;
+// bf16, f16 and Autocast compute as matmul(x, W^T) + b.
+Var linear(const Var& x, const Var& weight, const Var& bias = {});
+
 // --- elementwise.cpp ------------------------------------------------------------------------
 // a, b of shapes that broadcast as in numpy (aligned from the right, each dimension equal or 1)
 // -> the broadcast shape. The backward sums over the broadcast dimensions.
