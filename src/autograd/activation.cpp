@@ -80,6 +80,26 @@ Var sigmoid(const Var& x) {
 
 // x [...] -> [...]
 Var relu(const Var& x) {
+  const Tensor& xv = x.value();
+  if ((xv.dtype() == DType::f32 || xv.dtype() == DType::f64) && xv.is_contiguous()) {
+    // out = max(x, 0), and dx = g where out > 0: vector passes (kernels/cpu/elementwise.hpp)
+    Tensor out = Tensor::empty(xv.shape(), xv.dtype());
+    kernels::dispatch(xv.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      cpu_kernels::relu_values(xv.data_as<T>(), xv.numel(), out.data_as<T>());
+    });
+    const Tensor saved_out = out;
+    return detail::record(std::move(out), {&x}, [saved_out](const Tensor& g) {
+      const Tensor gc = g.contiguous();
+      Tensor dx = Tensor::empty(gc.shape(), gc.dtype());
+      kernels::dispatch(gc.dtype(), [&](auto zero) {
+        using T = decltype(zero);
+        cpu_kernels::relu_grad(gc.data_as<T>(), saved_out.data_as<T>(), gc.numel(),
+                               dx.data_as<T>());
+      });
+      return std::vector<Tensor>{dx};
+    });
+  }
   // out = max(x, 0)
   return unary(
       x, [](auto v) { return v > 0 ? v : decltype(v)(0); },

@@ -372,7 +372,7 @@ TEST(Softmax, StableRowsSumToOneAndMaskedRowsAreZero) {
 TEST(LayerNorm, MatchesFiniteDifferences) {
   std::uint64_t seed = 80;
   for (const auto& [x_shape, normalized] : std::vector<std::pair<Shape, Shape>>{
-           {{2, 3, 5}, {5}}, {{4, 6}, {6}}, {{2, 3, 4}, {3, 4}}, {{7}, {7}}}) {
+           {{2, 3, 5}, {5}}, {{4, 6}, {6}}, {{2, 3, 4}, {3, 4}}, {{7}, {7}}, {{2, 37}, {37}}}) {
     const Tensor x = random(x_shape, seed++, -2, 2);
     const Tensor w = random(normalized, seed++), b = random(normalized, seed++);
     const Shape n = normalized;
