@@ -3,8 +3,8 @@
 
 #include <cstdlib>
 #include <list>
+#include <map>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "core/pages.hpp"
@@ -38,8 +38,13 @@ class BlockCache {
     const std::size_t size = class_size(bytes);
     {
       const std::lock_guard<std::mutex> lock(mutex_);
-      auto found = free_.find(size);
-      if (found != free_.end() && !found->second.empty()) {
+      // The class asked for, or the next that holds a block, up to a quarter larger (batches of
+      // varying lengths ask for neighbouring classes from step to step).
+      auto found = free_.lower_bound(size);
+      while (found != free_.end() && found->second.empty() && found->first <= size + size / 4) {
+        ++found;
+      }
+      if (found != free_.end() && !found->second.empty() && found->first <= size + size / 4) {
         const std::list<Block>::iterator block = found->second.back();
         found->second.pop_back();
         void* p = block->p;
@@ -106,7 +111,7 @@ class BlockCache {
   std::mutex mutex_;
   std::list<Block> order_;  // kept blocks, the one freed longest ago first
   // Per class, the kept blocks, oldest first; a take reuses the newest (warmest in cache).
-  std::unordered_map<std::size_t, std::vector<std::list<Block>::iterator>> free_;
+  std::map<std::size_t, std::vector<std::list<Block>::iterator>> free_;
   std::size_t held_ = 0;
 };
 

@@ -1,7 +1,8 @@
 #pragma once
 
 // Tensors' memory from 64 KiB up is kept after the last tensor using it goes away, in size
-// classes (eight per power of two), for the next tensor of the class: a training step allocates
+// classes (eight per power of two), for the next tensor of the class or of a class up to a
+// quarter smaller: a training step allocates
 // and frees the same few hundred temporaries (activations, gradients, their sums) every step, and
 // from glibc each was fresh memory that the kernel faulted in and cleared page by page, or a block
 // mapped and unmapped (qkv demo's translator, 2 threads of an Intel Xeon with AMX, 2026-11-27: the

@@ -56,15 +56,29 @@ TEST(BlockCache, LiveTensorsNeverShareMemory) {
 
 TEST(BlockCache, SizeClassesServeEveryRequestWithRoomToSpare) {
   if (!kCaching) GTEST_SKIP() << "nothing is kept under AddressSanitizer";
-  for (std::size_t bytes :
-       {std::size_t{65536}, std::size_t{65537}, std::size_t{100000}, std::size_t{1} << 20,
-        (std::size_t{2} << 20) + 1, std::size_t{7} << 20}) {
+  const std::size_t huge = std::size_t{2} << 20;  // from here on, whole huge pages
+  for (std::size_t bytes : {std::size_t{65536}, std::size_t{65537}, std::size_t{100000},
+                            std::size_t{1} << 20, huge + 1, std::size_t{7} << 20}) {
+    release_cached_memory();  // a fresh block: exactly its class
     std::size_t capacity = 0;
     void* p = detail::take_block(bytes, &capacity);
     EXPECT_GE(capacity, bytes);
-    const std::size_t huge = std::size_t{2} << 20;  // from here on, whole huge pages
     EXPECT_LE(capacity, bytes < huge ? bytes + bytes / 8 : bytes + huge - 1) << bytes;
     detail::give_block(p, capacity);
+    // A request up to a quarter smaller reuses it; one more than a quarter smaller does not.
+    if (capacity * 4 / 5 + 1 >= std::size_t{64} << 10) {
+      std::size_t again = 0;
+      void* q = detail::take_block(capacity * 4 / 5 + 1, &again);
+      EXPECT_EQ(q, p) << bytes;
+      EXPECT_EQ(again, capacity);
+      detail::give_block(q, again);
+    }
+    if (capacity / 2 >= std::size_t{64} << 10) {
+      std::size_t other = 0;
+      void* r = detail::take_block(capacity / 2, &other);
+      EXPECT_NE(r, p) << bytes;
+      detail::give_block(r, other);
+    }
   }
   release_cached_memory();
 }
