@@ -12,6 +12,8 @@ class ThreadShare {
  public:
   explicit ThreadShare(int wanted);
   ~ThreadShare();
+  // The threads this share runs on: 1 to num_threads().
+  int threads() const noexcept { return threads_; }
   ThreadShare(const ThreadShare&) = delete;
   ThreadShare& operator=(const ThreadShare&) = delete;
 

@@ -1,14 +1,15 @@
 #include "kernels/cpu/blas.hpp"
 
 #include <blis.h>
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
 
+#include "core/thread_budget.hpp"
 #include "kernels/cpu/cpu_features.hpp"
+#include "qkv/system.hpp"
 
 namespace qkv::kernels::cpu {
 namespace {
@@ -40,7 +41,11 @@ const std::string& blas_kernels_chosen() { return kChosen; }
 
 namespace {
 
-// blas_gemm for T = float (cblas_sgemm) or double (cblas_dgemm).
+// blas_gemm for T = float (bli_sgemm_ex) or double (bli_dgemm_ex), on this call's share of
+// qkv's thread budget (qkv/system.hpp). Through cblas_sgemm, BLIS took its thread count from
+// OMP_NUM_THREADS or BLIS_NUM_THREADS alone, one thread where neither was set (as under `qkv
+// demo`), whatever qkv::set_num_threads said: a training step of qkv demo's translator took 52-54
+// ms instead of 37-44 (2 threads of an Intel Xeon with AMX, 2026-11-27, alternated runs).
 template <class T>
 void gemm_of(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
              const T* A, std::int64_t lda, const T* B, std::int64_t ldb, bool accumulate, T* C,
@@ -52,17 +57,20 @@ void gemm_of(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N,
     }
     return;
   }
-  const auto gemm = [] {
-    if constexpr (std::is_same_v<T, float>) {
-      return &cblas_sgemm;
-    } else {
-      return &cblas_dgemm;
-    }
-  }();
-  gemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
-       transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
-       static_cast<int>(K), T(1), A, static_cast<int>(lda), B, static_cast<int>(ldb),
-       accumulate ? T(1) : T(0), C, static_cast<int>(ldc));
+  const detail::ThreadShare share(num_threads());
+  rntm_t rntm = BLIS_RNTM_INITIALIZER;
+  bli_rntm_set_num_threads(share.threads(), &rntm);
+  T alpha = 1, beta = accumulate ? T(1) : T(0);
+  const trans_t ta = transpose_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE;
+  const trans_t tb = transpose_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE;
+  // Row-major storage: row stride ld, column stride 1 (as stored, before op()).
+  if constexpr (std::is_same_v<T, float>) {
+    bli_sgemm_ex(ta, tb, M, N, K, &alpha, const_cast<T*>(A), lda, 1, const_cast<T*>(B), ldb, 1,
+                 &beta, C, ldc, 1, nullptr, &rntm);
+  } else {
+    bli_dgemm_ex(ta, tb, M, N, K, &alpha, const_cast<T*>(A), lda, 1, const_cast<T*>(B), ldb, 1,
+                 &beta, C, ldc, 1, nullptr, &rntm);
+  }
 }
 
 }  // namespace
