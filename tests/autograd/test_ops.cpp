@@ -155,6 +155,45 @@ TEST(Linear, RefusesShapesThatDoNotFit) {
   EXPECT_THROW(ag::linear(x, Var(random({3, 4}, 56).to(DType::f32))), Error);
 }
 
+// The BLAS products give bitwise the same result on any number of threads (kernels/cpu/blas.cpp
+// splits columns, or tall products into pieces whose bounds follow from the shape alone): wide,
+// square, tall and one-row shapes, transposed operands through linear's backward, f32 and f64.
+TEST(Matmul, ResultsDoNotDependOnTheThreadCount) {
+  const int saved = num_threads();
+  std::uint64_t seed = 60;
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    for (const auto& [M, K, N] : std::vector<std::array<std::int64_t, 3>>{{480, 128, 512},
+                                                                          {128, 480, 128},
+                                                                          {1000, 64, 40},
+                                                                          {1, 300, 70},
+                                                                          {700, 33, 1},
+                                                                          {130, 24, 65},
+                                                                          {65, 65, 65},
+                                                                          {130, 130, 3}}) {
+      const Tensor a = random({M, K}, seed++).to(dtype), w = random({N, K}, seed++).to(dtype);
+      const Tensor g = random({M, N}, seed++).to(dtype);
+      std::vector<Tensor> first;
+      for (const int threads : {1, 2, 3, 8}) {
+        set_num_threads(threads);
+        Var x(a, true), weight(w, true);
+        Var y = ag::linear(x, weight);
+        y.backward(g);
+        const std::vector<Tensor> now = {y.value(), x.grad(), weight.grad()};
+        if (first.empty()) {
+          first = now;
+          continue;
+        }
+        const std::string shape = std::to_string(M) + "x" + std::to_string(K) + "x" +
+                                  std::to_string(N) + " on " + std::to_string(threads);
+        expect_bitwise_equal(now[0], first[0], "y " + shape);
+        expect_bitwise_equal(now[1], first[1], "dx " + shape);
+        expect_bitwise_equal(now[2], first[2], "dW " + shape);
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
 TEST(Matmul, F32MatchesF64) {
   const Tensor a = random({3, 5, 7}, 20), b = random({7, 4}, 21);
   const Tensor c64 = ag::matmul(Var(a), Var(b)).value();

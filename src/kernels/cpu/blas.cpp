@@ -41,11 +41,46 @@ const std::string& blas_kernels_chosen() { return kChosen; }
 
 namespace {
 
-// blas_gemm for T = float (bli_sgemm_ex) or double (bli_dgemm_ex), on this call's share of
-// qkv's thread budget (qkv/system.hpp). Through cblas_sgemm, BLIS took its thread count from
-// OMP_NUM_THREADS or BLIS_NUM_THREADS alone, one thread where neither was set (as under `qkv
-// demo`), whatever qkv::set_num_threads said: a training step of qkv demo's translator took 52-54
-// ms instead of 37-44 (2 threads of an Intel Xeon with AMX, 2026-11-27, alternated runs).
+// One BLIS call, its columns of C split among `ways` threads (BLIS's JC loop): C [M, N] =
+// op(A) op(B) (+ C), row-major storage. Each thread computes whole columns over the whole of K
+// with the same micro-kernel steps as one thread would, so the result does not depend on `ways`:
+// bitwise equal to one thread's over 840 small shapes (M, N, K from 1 to 130, every transpose)
+// and 400 random ones up to 700, with 2 and 16 ways, where BLIS's default split among 2
+// threads changed the last bit in 44 of the small shapes (BLIS 0.9, Intel Xeon with AMX,
+// 2026-11-27).
+template <class T>
+void gemm_columns(trans_t ta, trans_t tb, std::int64_t M, std::int64_t N, std::int64_t K,
+                  const T* A, std::int64_t lda, const T* B, std::int64_t ldb, bool accumulate, T* C,
+                  std::int64_t ldc, int ways) {
+  rntm_t rntm = BLIS_RNTM_INITIALIZER;
+  bli_rntm_set_ways(ways, 1, 1, 1, 1, &rntm);
+  T alpha = 1, beta = accumulate ? T(1) : T(0);
+  // Row-major storage: row stride ld, column stride 1 (as stored, before op()).
+  if constexpr (std::is_same_v<T, float>) {
+    bli_sgemm_ex(ta, tb, M, N, K, &alpha, const_cast<T*>(A), lda, 1, const_cast<T*>(B), ldb, 1,
+                 &beta, C, ldc, 1, nullptr, &rntm);
+  } else {
+    bli_dgemm_ex(ta, tb, M, N, K, &alpha, const_cast<T*>(A), lda, 1, const_cast<T*>(B), ldb, 1,
+                 &beta, C, ldc, 1, nullptr, &rntm);
+  }
+}
+
+// Multiply-adds per piece that make a tall product worth cutting into pieces of rows (2^21: a
+// [480, 128] x [128, 32] piece, about 20 us on one core of the Xeon below), and the most pieces.
+constexpr std::int64_t kPieceMacs = std::int64_t{1} << 21;
+constexpr std::int64_t kMaxPieces = 16;
+
+// blas_gemm for T = float or double, on this call's share of qkv's thread budget
+// (qkv/system.hpp). Through cblas_sgemm, BLIS took its thread count from OMP_NUM_THREADS or
+// BLIS_NUM_THREADS alone, one thread where neither was set (as under `qkv demo`), whatever
+// qkv::set_num_threads said: a training step of qkv demo's translator took 52-54 ms instead of
+// 37-44 (2 threads of an Intel Xeon with AMX, 2026-11-27, alternated runs). The results must
+// not depend on the thread count, so the threads split C's columns (gemm_columns), or, for a C
+// more than twice as tall as wide (a weight's gradient dW^T = x^T dy has few columns to share),
+// its rows into pieces whose bounds follow from M, N and K alone (whatever the thread count),
+// one single-threaded call each: a [512, 480] x [480, 128] product with its A transposed took
+// 503 us with its columns split two ways, 423 in pieces and 371 with BLIS's own split (which
+// changes results), same Xeon, 2 threads.
 template <class T>
 void gemm_of(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
              const T* A, std::int64_t lda, const T* B, std::int64_t ldb, bool accumulate, T* C,
@@ -57,19 +92,21 @@ void gemm_of(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N,
     }
     return;
   }
-  const detail::ThreadShare share(num_threads());
-  rntm_t rntm = BLIS_RNTM_INITIALIZER;
-  bli_rntm_set_num_threads(share.threads(), &rntm);
-  T alpha = 1, beta = accumulate ? T(1) : T(0);
   const trans_t ta = transpose_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE;
   const trans_t tb = transpose_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE;
-  // Row-major storage: row stride ld, column stride 1 (as stored, before op()).
-  if constexpr (std::is_same_v<T, float>) {
-    bli_sgemm_ex(ta, tb, M, N, K, &alpha, const_cast<T*>(A), lda, 1, const_cast<T*>(B), ldb, 1,
-                 &beta, C, ldc, 1, nullptr, &rntm);
-  } else {
-    bli_dgemm_ex(ta, tb, M, N, K, &alpha, const_cast<T*>(A), lda, 1, const_cast<T*>(B), ldb, 1,
-                 &beta, C, ldc, 1, nullptr, &rntm);
+  const detail::ThreadShare share(num_threads());
+  std::int64_t pieces = std::min({kMaxPieces, M * N * K / kPieceMacs, M / 16});
+  if (M <= 2 * N || pieces <= 1) {
+    gemm_columns(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, share.threads());
+    return;
+  }
+  const std::int64_t rows = ((M + pieces - 1) / pieces + 15) / 16 * 16;
+  pieces = (M + rows - 1) / rows;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(share.threads())
+  for (std::int64_t p = 0; p < pieces; ++p) {
+    const std::int64_t start = p * rows, n = std::min(rows, M - start);
+    gemm_columns(ta, tb, n, N, K, transpose_a ? A + start : A + start * lda, lda, B, ldb,
+                 accumulate, C + start * ldc, ldc, 1);
   }
 }
 
