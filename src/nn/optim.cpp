@@ -131,8 +131,10 @@ void Sgd::zero_grad() {
 AdamW::AdamW(std::vector<Var> parameters, const AdamWOptions& options)
     : parameters_(std::move(parameters)),
       options_(options),
-      m_(parameters_.size()),
-      v_(parameters_.size()) {
+      m32_(parameters_.size()),
+      v32_(parameters_.size()),
+      m64_(parameters_.size()),
+      v64_(parameters_.size()) {
   check_parameters(parameters_);
   expect_at_least_zero("options.lr", options.lr, "a learning rate");
   expect_beta("options.beta1", options.beta1);
@@ -157,9 +159,16 @@ void AdamW::step() {
   std::vector<std::size_t> todo;
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     if (!has_grad(parameters_[i])) continue;
-    with_data(parameters_[i], [](const auto*, const auto*) {});
-    m_[i].resize(static_cast<std::size_t>(parameters_[i].numel()));
-    v_[i].resize(m_[i].size());
+    const auto n = static_cast<std::size_t>(parameters_[i].numel());
+    with_data(parameters_[i], [&](const auto* p, const auto*) {
+      if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(p)>>, float>) {
+        m32_[i].resize(n);
+        v32_[i].resize(n);
+      } else {
+        m64_[i].resize(n);
+        v64_[i].resize(n);
+      }
+    });
     todo.push_back(i);
   }
   const detail::ThreadShare threads(num_threads());
@@ -167,8 +176,12 @@ void AdamW::step() {
   for (std::size_t k = 0; k < todo.size(); ++k) {
     const std::size_t i = todo[k];
     with_data(parameters_[i], [&](auto* p, const auto* g) {
-      kernels::cpu::adamw_update(p, g, m_[i].data(), v_[i].data(),
-                                 static_cast<std::int64_t>(m_[i].size()), c);
+      const std::int64_t n = parameters_[i].numel();
+      if constexpr (std::is_same_v<std::remove_pointer_t<decltype(p)>, float>) {
+        kernels::cpu::adamw_update(p, g, m32_[i].data(), v32_[i].data(), n, c);
+      } else {
+        kernels::cpu::adamw_update(p, g, m64_[i].data(), v64_[i].data(), n, c);
+      }
     });
   }
 }

@@ -64,7 +64,9 @@ class AdamW {
   std::vector<Var> parameters_;
   AdamWOptions options_;
   std::int64_t steps_ = 0;
-  std::vector<std::vector<double>> m_, v_;
+  // The moments in each parameter's dtype (f32 or f64), as torch.optim.AdamW keeps them.
+  std::vector<std::vector<float>> m32_, v32_;
+  std::vector<std::vector<double>> m64_, v64_;
 };
 
 struct GradScalerOptions {

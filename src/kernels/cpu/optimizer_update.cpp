@@ -16,36 +16,37 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Lanes of double, and the same number of lanes of T (float: half a vector; double: a whole one).
 template <class T, class D64, class V64>
-void AdamWLanes(D64 d64, T* p, const T* g, double* m, double* v, const AdamWConstants& c,
-                std::int64_t i) {
+void AdamWLanes(D64 d64, T* p, const T* g, T* m, T* v, const AdamWConstants& c, std::int64_t i) {
   const hn::Rebind<T, D64> dt;
   const V64 decay = hn::Set(d64, c.decay), b1 = hn::Set(d64, c.beta1), b2 = hn::Set(d64, c.beta2),
             c1 = hn::Set(d64, 1 - c.beta1), c2 = hn::Set(d64, 1 - c.beta2),
             step = hn::Set(d64, c.step_size), bc2 = hn::Set(d64, c.bias_correction2_sqrt),
             eps = hn::Set(d64, c.eps);
-  V64 x, gr;
-  if constexpr (sizeof(T) == 4) {
-    x = hn::PromoteTo(d64, hn::LoadU(dt, p + i));
-    gr = hn::PromoteTo(d64, hn::LoadU(dt, g + i));
-  } else {
-    x = hn::LoadU(d64, p + i);
-    gr = hn::LoadU(d64, g + i);
-  }
-  x = hn::Mul(x, decay);
-  const V64 mm = hn::Add(hn::Mul(b1, hn::LoadU(d64, m + i)), hn::Mul(c1, gr));
-  const V64 vv = hn::Add(hn::Mul(b2, hn::LoadU(d64, v + i)), hn::Mul(hn::Mul(c2, gr), gr));
-  hn::StoreU(mm, d64, m + i);
-  hn::StoreU(vv, d64, v + i);
-  x = hn::Sub(x, hn::Div(hn::Mul(step, mm), hn::Add(hn::Div(hn::Sqrt(vv), bc2), eps)));
-  if constexpr (sizeof(T) == 4) {
-    hn::StoreU(hn::DemoteTo(dt, x), dt, p + i);
-  } else {
-    hn::StoreU(x, d64, p + i);
-  }
+  const auto load = [&](const T* from) {
+    if constexpr (sizeof(T) == 4) {
+      return hn::PromoteTo(d64, hn::LoadU(dt, from + i));
+    } else {
+      return hn::LoadU(d64, from + i);
+    }
+  };
+  const auto store = [&](V64 x, T* to) {
+    if constexpr (sizeof(T) == 4) {
+      hn::StoreU(hn::DemoteTo(dt, x), dt, to + i);
+    } else {
+      hn::StoreU(x, d64, to + i);
+    }
+  };
+  const V64 gr = load(g);
+  const V64 x = hn::Mul(load(p), decay);
+  const V64 mm = hn::Add(hn::Mul(b1, load(m)), hn::Mul(c1, gr));
+  const V64 vv = hn::Add(hn::Mul(b2, load(v)), hn::Mul(hn::Mul(c2, gr), gr));
+  store(mm, m);
+  store(vv, v);
+  store(hn::Sub(x, hn::Div(hn::Mul(step, mm), hn::Add(hn::Div(hn::Sqrt(vv), bc2), eps))), p);
 }
 
 template <class T>
-void AdamW(T* p, const T* g, double* m, double* v, std::int64_t n, const AdamWConstants& c) {
+void AdamW(T* p, const T* g, T* m, T* v, std::int64_t n, const AdamWConstants& c) {
   const hn::ScalableTag<double> d;
   const auto L = static_cast<std::int64_t>(hn::Lanes(d));
   std::int64_t i = 0;
@@ -54,7 +55,7 @@ void AdamW(T* p, const T* g, double* m, double* v, std::int64_t n, const AdamWCo
   for (; i < n; ++i) AdamWLanes<T, decltype(d1), hn::Vec<decltype(d1)>>(d1, p, g, m, v, c, i);
 }
 
-void AdamWF32(float* p, const float* g, double* m, double* v, std::int64_t n,
+void AdamWF32(float* p, const float* g, float* m, float* v, std::int64_t n,
               const AdamWConstants& c) {
   AdamW(p, g, m, v, n, c);
 }
@@ -127,7 +128,7 @@ HWY_EXPORT(SumOfSquaresF64);
 HWY_EXPORT(ScaleF32);
 HWY_EXPORT(ScaleF64);
 
-void adamw_update(float* p, const float* g, double* m, double* v, std::int64_t n,
+void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n,
                   const AdamWConstants& c) {
   HWY_DYNAMIC_DISPATCH(AdamWF32)(p, g, m, v, n, c);
 }

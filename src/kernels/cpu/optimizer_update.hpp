@@ -20,11 +20,13 @@ struct AdamWConstants {
   double eps = 1e-8;
 };
 
-// p [n], g [n], m [n], v [n] (moments kept in double): for every element, in double,
+// p [n], g [n], m [n], v [n] (the moments in the parameter's type, as torch.optim keeps them):
+// for every element, in double,
 //   p <- p decay; m <- beta1 m + (1 - beta1) g; v <- beta2 v + (1 - beta2) g g;
 //   p <- p - step_size m / (sqrt(v) / bias_correction2_sqrt + eps),
-// p rounded once to its type.
-void adamw_update(float* p, const float* g, double* m, double* v, std::int64_t n,
+// m, v and p each rounded once to their type. f32 moments halve the step's memory traffic, which
+// bounds it: 2.4 ms with double moments for the translator's 0.98M parameters (2 threads).
+void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n,
                   const AdamWConstants& c);
 void adamw_update(double* p, const double* g, double* m, double* v, std::int64_t n,
                   const AdamWConstants& c);

@@ -44,21 +44,23 @@ void check_adamw() {
     SCOPED_TRACE(hwy::TargetName(target));
     hwy::SetSupportedTargetsForTest(target);
     std::vector<T> p(p0.begin(), p0.end()), g(g0.begin(), g0.end());
-    std::vector<double> m = m0, v = v0;
+    std::vector<T> m(m0.begin(), m0.end()), v(v0.begin(), v0.end());
     kernels::cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), kN, c);
     for (std::int64_t i = 0; i < kN; ++i) {
       double x = static_cast<T>(p0[i]), gr = static_cast<T>(g0[i]);
       x *= c.decay;
-      const double mm = c.beta1 * m0[i] + (1 - c.beta1) * gr;
-      const double vv = c.beta2 * v0[i] + (1 - c.beta2) * gr * gr;
+      const double m_in = static_cast<T>(m0[i]), v_in = static_cast<T>(v0[i]);
+      const double mm = c.beta1 * m_in + (1 - c.beta1) * gr;
+      const double vv = c.beta2 * v_in + (1 - c.beta2) * gr * gr;
       const double update = c.step_size * mm / (std::sqrt(vv) / c.bias_correction2_sqrt + c.eps);
       const double decayed = x;
       x -= update;
       // Each result to a few roundings of its terms (a fused multiply-add may round once where
-      // the loop above rounds twice; the terms can cancel), the parameter to one rounding of T.
-      const double m_terms = std::abs(c.beta1 * m0[i]) + std::abs((1 - c.beta1) * gr);
-      ASSERT_NEAR(m[i], mm, 4e-16 * m_terms + 1e-300) << i;
-      ASSERT_NEAR(v[i], vv, 4e-16 * std::abs(vv) + 1e-300) << i;
+      // the loop above rounds twice; the terms can cancel), then one rounding of T.
+      const double eps = std::numeric_limits<T>::epsilon();
+      const double m_terms = std::abs(c.beta1 * m_in) + std::abs((1 - c.beta1) * gr);
+      ASSERT_NEAR(m[i], mm, eps * std::abs(mm) + 4e-16 * m_terms + 1e-300) << i;
+      ASSERT_NEAR(v[i], vv, eps * std::abs(vv) + 4e-16 * std::abs(vv) + 1e-300) << i;
       ASSERT_NEAR(p[i], x,
                   std::numeric_limits<T>::epsilon() * std::abs(x) +
                       4e-16 * (std::abs(decayed) + std::abs(update)))
