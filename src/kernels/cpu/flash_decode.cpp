@@ -22,6 +22,7 @@
 #include "kernels/block_view.hpp"
 #include "kernels/cpu/decode.hpp"
 #include "kernels/cpu/gemm-inl.h"
+#include "kernels/cpu/large_buffer.hpp"
 #include "kernels/cpu/load_as-inl.h"
 #include "kernels/cpu/pack-inl.h"
 #include "kernels/cpu/softmax_state-inl.h"
@@ -208,10 +209,13 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
   const Dims& d = p.dims;
   const std::int64_t splits = (d.Tk + TileTraits::kDecodeSplit - 1) / TileTraits::kDecodeSplit;
   const std::int64_t rows = d.B * d.Hq * d.Tq;  // one partial state per query row and split
-  auto part_m = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits));
-  auto part_l = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits));
-  auto part_acc = hwy::AllocateAligned<T>(static_cast<size_t>(rows * splits * d.Dv));
-  auto q_scaled = hwy::AllocateAligned<T>(static_cast<size_t>(rows * d.D));  // scale * Q
+  // From the block cache (large_buffer.hpp): from hwy::AllocateAligned, buffers of a few hundred
+  // KiB were mapped and unmapped by glibc each call, fresh pages faulted in every time (a
+  // training step's attention, B 32, Tq = Tk = 15, 4 heads of 32: ~100 page faults a call).
+  const auto part_m = allocate_large<T>(static_cast<size_t>(rows * splits));
+  const auto part_l = allocate_large<T>(static_cast<size_t>(rows * splits));
+  const auto part_acc = allocate_large<T>(static_cast<size_t>(rows * splits * d.Dv));
+  const auto q_scaled = allocate_large<T>(static_cast<size_t>(rows * d.D));  // scale * Q
   for (std::int64_t bi = 0; bi < d.B * d.Tq; ++bi) {  // the heads of row i of batch b
     scale_rows(p.q.at(bi / d.Tq, bi % d.Tq, 0), p.q.head, d.Hq, d.D, p.scale,
                q_scaled.get() + bi * d.Hq * d.D);
