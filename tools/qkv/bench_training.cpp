@@ -162,11 +162,15 @@ void run_training_bench(const TrainingBenchOptions& o) {
     timed_tokens += step_tokens[s];
   }
   const double train_tps = static_cast<double>(timed_tokens) / timed_seconds;
+  std::vector<double> step_tps;  // each timed step's target tokens per second
+  for (std::size_t s = static_cast<std::size_t>(o.warmup); s < step_seconds.size(); ++s) {
+    step_tps.push_back(static_cast<double>(step_tokens[s]) / step_seconds[s]);
+  }
   std::printf(
-      "training: %lld steps after %lld untimed, median %.2f ms a step, %.0f target "
-      "tokens/s\n",
+      "training: %lld steps after %lld untimed, median %.2f ms a step, the median step %.0f "
+      "target tokens/s (all tokens over all time %.0f)\n",
       static_cast<long long>(o.steps), static_cast<long long>(o.warmup), 1e3 * median_of(timed),
-      train_tps);
+      median_of(step_tps), train_tps);
   const DecodeTiming decoding = time_decoding(model, decode_sources, decode_references);
   const double decode_tps = static_cast<double>(decoding.tokens) / decoding.seconds;
   std::printf(
@@ -188,6 +192,7 @@ void run_training_bench(const TrainingBenchOptions& o) {
                     {"step_tokens",
                      std::vector<std::int64_t>(step_tokens.begin() + o.warmup, step_tokens.end())},
                     {"median_step_ms", 1e3 * median_of(timed)},
+                    {"median_step_tokens_per_second", median_of(step_tps)},
                     {"tokens_per_second", train_tps}};
     doc["decode"] = {{"sentences", decode_sources.size()},
                      {"batch", kDecodeBatch},
