@@ -37,17 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def cpu_model() -> str:
-    """The CPU's model name as /proc/cpuinfo gives it ("unknown" where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+from compare import cpu_model  # bench/compare.py, beside this script
 
 
 def sinusoidal(length: int, d_model: int) -> torch.Tensor:
