@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "dtype_limits.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
 #include "qkv/philox.hpp"
 
 namespace qkv::fuzz {
@@ -82,6 +83,17 @@ double mods_bound(const std::vector<ScoreStep>& steps, double A) {
     }
   }
   return A;
+}
+
+// Whether the fused run may take bf16 products: the case forced a matrix path, or its inputs are
+// bf16 and the library picks one for Tk keys by itself (on a CPU with AMX, for any Tk:
+// kernels/cpu/bf16_gemm.hpp, kAmxMinKeys). Without the second half, a bf16 case on such a CPU got
+// no slack for P rounded to bf16 before P V: out 8% off where it cancels terms 100 times larger
+// (a finding of the fixed-seed smoke run, 2026-11-27; PyTorch's bf16 SDPA gives the same value).
+bool bf16_products(const AttentionCase& c, std::int64_t Tk) {
+  kernels::cpu::MatrixPath path;
+  return c.matrix_path.has_value() ||
+         (c.dtype == DType::bf16 && kernels::cpu::fused_bf16_path(Tk, path));
 }
 
 }  // namespace
@@ -180,13 +192,13 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
         // to its slack: every dS_ij of the row inherits sum_c |dout_ic| times that, which
         // |dout_i| . |out_i| does not bound where out_i cancels terms far larger than itself
         // (an f64 case, softcap 20, dout_i of size 1e6: dk 1.27x that slack). So d_error sums
-        // |dout_ic| times out_ic's magnitudes; and with bf16 products (c.matrix_path) the
+        // |dout_ic| times out_ic's magnitudes; and with bf16 products (bf16_products) the
         // forward rounds each P_ij to bf16 before P V, which moves out_ic by up to u sum_j P_ij
         // z_ij |v_jc| more (u = 2^-8 rounding to nearest; epsilon, 2^-7, allows for the
         // products' own f32 steps). Before the multiplication by `factor` below (u divided by
         // it).
         double d_error = 0;
-        const double u = c.matrix_path ? limits(DType::bf16).epsilon / factor : 0;
+        const double u = bf16_products(c, Tk) ? limits(DType::bf16).epsilon / factor : 0;
         for (std::int64_t j = 0; j < Tk; ++j) {
           if (!(Pi[j] > 0)) continue;
           const double z = dropout_factor(o, b * Hq + h, i, j);

@@ -37,7 +37,8 @@ struct Slack {
   std::vector<char> out_edge, dq_edge, dk_edge, dv_edge, dbias_edge, captured_edge;
 };
 
-// A case with a forced matrix path (c.matrix_path) also gets the rounding of P to bf16 before P V
+// A case with a forced matrix path (c.matrix_path), or with bf16 inputs where the library picks
+// bf16 products itself (an AMX CPU), also gets the rounding of P to bf16 before P V
 // in out and, through D_i, in the backward's dS, and the backward's own rounding of P Z before
 // dO^T (P Z) in dv and of dS before dS K and dS^T Q in dq and dk. For a mods case, P comes from
 // flex_attention_weights, |s_ij| is bounded through the score
