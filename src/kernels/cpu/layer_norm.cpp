@@ -9,39 +9,13 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+// After foreach_target.h: compiled once per target.
+#include "kernels/cpu/as_double-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
-
-// T's values at p + i as lanes of double (the vector's width in doubles), and back.
-template <class D, class T>
-hn::Vec<D> LoadDouble(D d, const T* p, std::int64_t i) {
-  if constexpr (sizeof(T) == 4) {
-    return hn::PromoteTo(d, hn::LoadU(hn::Rebind<T, D>(), p + i));
-  } else {
-    return hn::LoadU(d, p + i);
-  }
-}
-template <class D, class T>
-void StoreDouble(D d, hn::Vec<D> v, T* p, std::int64_t i) {
-  if constexpr (sizeof(T) == 4) {
-    hn::StoreU(hn::DemoteTo(hn::Rebind<T, D>(), v), hn::Rebind<T, D>(), p + i);
-  } else {
-    hn::StoreU(v, d, p + i);
-  }
-}
-
-// fn(d, i) over [0, n): whole vectors of d, then single lanes.
-template <class Fn>
-void ForLanes(std::int64_t n, Fn fn) {
-  const hn::ScalableTag<double> d;
-  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  std::int64_t i = 0;
-  for (; i + L <= n; i += L) fn(d, i);
-  const hn::CappedTag<double, 1> d1;
-  for (; i < n; ++i) fn(d1, i);
-}
 
 template <class T>
 void Forward(const T* x, std::int64_t rows, std::int64_t n, const T* w, const T* b, double eps,

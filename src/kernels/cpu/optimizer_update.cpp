@@ -9,50 +9,34 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+// After foreach_target.h: compiled once per target.
+#include "kernels/cpu/as_double-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Lanes of double, and the same number of lanes of T (float: half a vector; double: a whole one).
-template <class T, class D64, class V64>
-void AdamWLanes(D64 d64, T* p, const T* g, T* m, T* v, const AdamWConstants& c, std::int64_t i) {
-  const hn::Rebind<T, D64> dt;
-  const V64 decay = hn::Set(d64, c.decay), b1 = hn::Set(d64, c.beta1), b2 = hn::Set(d64, c.beta2),
-            c1 = hn::Set(d64, 1 - c.beta1), c2 = hn::Set(d64, 1 - c.beta2),
-            step = hn::Set(d64, c.step_size), bc2 = hn::Set(d64, c.bias_correction2_sqrt),
-            eps = hn::Set(d64, c.eps);
-  const auto load = [&](const T* from) {
-    if constexpr (sizeof(T) == 4) {
-      return hn::PromoteTo(d64, hn::LoadU(dt, from + i));
-    } else {
-      return hn::LoadU(d64, from + i);
-    }
-  };
-  const auto store = [&](V64 x, T* to) {
-    if constexpr (sizeof(T) == 4) {
-      hn::StoreU(hn::DemoteTo(dt, x), dt, to + i);
-    } else {
-      hn::StoreU(x, d64, to + i);
-    }
-  };
-  const V64 gr = load(g);
-  const V64 x = hn::Mul(load(p), decay);
-  const V64 mm = hn::Add(hn::Mul(b1, load(m)), hn::Mul(c1, gr));
-  const V64 vv = hn::Add(hn::Mul(b2, load(v)), hn::Mul(hn::Mul(c2, gr), gr));
-  store(mm, m);
-  store(vv, v);
-  store(hn::Sub(x, hn::Div(hn::Mul(step, mm), hn::Add(hn::Div(hn::Sqrt(vv), bc2), eps))), p);
+// AdamW's update of the lanes of d at i (ForLanes), in double.
+template <class T, class D>
+void AdamWLanes(D d, T* p, const T* g, T* m, T* v, const AdamWConstants& c, std::int64_t i) {
+  const auto decay = hn::Set(d, c.decay), b1 = hn::Set(d, c.beta1), b2 = hn::Set(d, c.beta2),
+             c1 = hn::Set(d, 1 - c.beta1), c2 = hn::Set(d, 1 - c.beta2),
+             step = hn::Set(d, c.step_size), bc2 = hn::Set(d, c.bias_correction2_sqrt),
+             eps = hn::Set(d, c.eps);
+  const auto gr = LoadDouble(d, g, i);
+  const auto x = hn::Mul(LoadDouble(d, p, i), decay);
+  const auto mm = hn::Add(hn::Mul(b1, LoadDouble(d, m, i)), hn::Mul(c1, gr));
+  const auto vv = hn::Add(hn::Mul(b2, LoadDouble(d, v, i)), hn::Mul(hn::Mul(c2, gr), gr));
+  StoreDouble(d, mm, m, i);
+  StoreDouble(d, vv, v, i);
+  StoreDouble(d, hn::Sub(x, hn::Div(hn::Mul(step, mm), hn::Add(hn::Div(hn::Sqrt(vv), bc2), eps))),
+              p, i);
 }
 
 template <class T>
 void AdamW(T* p, const T* g, T* m, T* v, std::int64_t n, const AdamWConstants& c) {
-  const hn::ScalableTag<double> d;
-  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  std::int64_t i = 0;
-  for (; i + L <= n; i += L) AdamWLanes<T, decltype(d), hn::Vec<decltype(d)>>(d, p, g, m, v, c, i);
-  const hn::CappedTag<double, 1> d1;
-  for (; i < n; ++i) AdamWLanes<T, decltype(d1), hn::Vec<decltype(d1)>>(d1, p, g, m, v, c, i);
+  ForLanes(n, [&](auto d, std::int64_t i) { AdamWLanes(d, p, g, m, v, c, i); });
 }
 
 void AdamWF32(float* p, const float* g, float* m, float* v, std::int64_t n,
@@ -67,24 +51,16 @@ void AdamWF64(double* p, const double* g, double* m, double* v, std::int64_t n,
 template <class T>
 double SumOfSquares(const T* x, std::int64_t n) {
   const hn::ScalableTag<double> d;
-  const hn::Rebind<T, decltype(d)> dt;
   const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  auto load = [&](std::int64_t i) {
-    if constexpr (sizeof(T) == 4) {
-      return hn::PromoteTo(d, hn::LoadU(dt, x + i));
-    } else {
-      return hn::LoadU(d, x + i);
-    }
-  };
   auto s0 = hn::Zero(d), s1 = hn::Zero(d);
   std::int64_t i = 0;
   for (; i + 2 * L <= n; i += 2 * L) {
-    const auto a = load(i), b = load(i + L);
+    const auto a = LoadDouble(d, x, i), b = LoadDouble(d, x, i + L);
     s0 = hn::MulAdd(a, a, s0);
     s1 = hn::MulAdd(b, b, s1);
   }
   for (; i + L <= n; i += L) {
-    const auto a = load(i);
+    const auto a = LoadDouble(d, x, i);
     s0 = hn::MulAdd(a, a, s0);
   }
   double sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
@@ -97,19 +73,9 @@ double SumOfSquaresF64(const double* x, std::int64_t n) { return SumOfSquares(x,
 
 template <class T>
 void Scale(T* x, std::int64_t n, double factor) {
-  const hn::ScalableTag<double> d;
-  const hn::Rebind<T, decltype(d)> dt;
-  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto f = hn::Set(d, factor);
-  std::int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    if constexpr (sizeof(T) == 4) {
-      hn::StoreU(hn::DemoteTo(dt, hn::Mul(hn::PromoteTo(d, hn::LoadU(dt, x + i)), f)), dt, x + i);
-    } else {
-      hn::StoreU(hn::Mul(hn::LoadU(d, x + i), f), d, x + i);
-    }
-  }
-  for (; i < n; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) * factor);
+  ForLanes(n, [&](auto d, std::int64_t i) {
+    StoreDouble(d, hn::Mul(LoadDouble(d, x, i), hn::Set(d, factor)), x, i);
+  });
 }
 
 void ScaleF32(float* x, std::int64_t n, double factor) { Scale(x, n, factor); }
