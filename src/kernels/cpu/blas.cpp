@@ -85,6 +85,12 @@ constexpr bool kBlisThreads = true;
 constexpr std::int64_t kPieceMacs = std::int64_t{1} << 21;
 constexpr std::int64_t kMaxPieces = 16;
 
+// Multiply-adds below which a product stays on the calling thread: splitting its columns two ways
+// took 1.6 us instead of 0.7 at [16, 16] x [16, 16], 2.9 instead of 1.4 at 32^3 and 4.2 instead of
+// 2.2 at [64, 16] x [16, 64], broke even around 2^18 (0.80 to 1.15 at three shapes) and won from
+// 2^19 (0.67 at [64, 64] x [64, 128]); BLIS 0.9, Intel Xeon with AMX, 2 threads, 2026-11-28.
+constexpr std::int64_t kThreadedMacs = std::int64_t{1} << 18;
+
 // blas_gemm for T = float or double, on this call's share of qkv's thread budget
 // (qkv/system.hpp). Through cblas_sgemm, BLIS took its thread count from OMP_NUM_THREADS or
 // BLIS_NUM_THREADS alone, one thread where neither was set (as under `qkv demo`), whatever
@@ -109,11 +115,14 @@ void gemm_of(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N,
   }
   const trans_t ta = transpose_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE;
   const trans_t tb = transpose_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE;
+  if (!kBlisThreads || M * N * K < kThreadedMacs) {
+    gemm_columns(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, 1);
+    return;
+  }
   const detail::ThreadShare share(num_threads());
   std::int64_t pieces = std::min({kMaxPieces, M * N * K / kPieceMacs, M / 16});
   if (M <= 2 * N || pieces <= 1) {
-    gemm_columns(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc,
-                 kBlisThreads ? share.threads() : 1);
+    gemm_columns(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, share.threads());
     return;
   }
   const std::int64_t rows = ((M + pieces - 1) / pieces + 15) / 16 * 16;
