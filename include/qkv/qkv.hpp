@@ -14,6 +14,7 @@
 #include "qkv/mod_values.hpp"
 #include "qkv/models.hpp"
 #include "qkv/nn.hpp"
+#include "qkv/ops.hpp"
 #include "qkv/philox.hpp"
 #include "qkv/safetensors.hpp"
 #include "qkv/system.hpp"

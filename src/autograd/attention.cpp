@@ -8,8 +8,8 @@
 
 #include "attention/common.hpp"
 #include "attention/validate.hpp"
-#include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
 namespace qkv::autograd {

@@ -1,15 +1,15 @@
 // cast: a Var in another floating dtype, the gradient cast back.
 #include <string>
 
-#include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
 namespace qkv::autograd {
 
 // x [...] -> [...] in dtype
 Var cast(const Var& x, DType dtype) {
-  kernels::expect_any_floating(x.value(), "x");
+  ops::expect_any_floating(x.value(), "x");
   if (!is_floating(dtype)) {
     throw Error("dtype", "f64, f32, bf16 or f16", std::string(dtype_name(dtype)));
   }

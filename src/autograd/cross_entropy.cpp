@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
 namespace qkv::autograd {
@@ -14,7 +14,7 @@ namespace qkv::autograd {
 // logits [N, C], targets [N] -> []
 Var cross_entropy(const Var& logits, const std::vector<std::int64_t>& targets,
                   const CrossEntropyOptions& options) {
-  kernels::expect_floating(logits.value(), "logits");
+  ops::expect_floating(logits.value(), "logits");
   if (logits.dim() != 2) throw Error("logits", "2 dimensions [N, C]", logits.value().describe());
   const std::int64_t N = logits.size(0), C = logits.size(1);
   if (static_cast<std::int64_t>(targets.size()) != N) {

@@ -2,8 +2,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 #include "qkv/philox.hpp"
 
@@ -17,7 +17,7 @@ Tensor apply_mask(const Tensor& x, double p, std::uint64_t seed, std::uint64_t o
   const std::int64_t R = x.dim() >= 2 ? x.size(-2) : 1;
   const Tensor xc = x.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-  kernels::dispatch(x.dtype(), [&](auto zero) {
+  ops::dispatch(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* in = xc.data_as<T>();
     T* o = out.data_as<T>();
@@ -36,7 +36,7 @@ Tensor apply_mask(const Tensor& x, double p, std::uint64_t seed, std::uint64_t o
 
 // x [..., R, C] -> [..., R, C]
 Var dropout(const Var& x, double p, std::uint64_t seed, std::uint64_t offset) {
-  kernels::expect_floating(x.value(), "x");
+  ops::expect_floating(x.value(), "x");
   if (!(p >= 0 && p < 1)) throw Error("p", "a probability in [0, 1)", std::to_string(p));
   // out = x * keep / (1 - p)
   Tensor out = apply_mask(x.value(), p, seed, offset);

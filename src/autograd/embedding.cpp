@@ -3,15 +3,15 @@
 #include <string>
 #include <vector>
 
-#include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
 namespace qkv::autograd {
 
 // weight [V, E], indices of shape [...] -> [..., E]
 Var embedding(const Var& weight, const std::vector<std::int64_t>& indices, const Shape& shape) {
-  kernels::expect_floating(weight.value(), "weight");
+  ops::expect_floating(weight.value(), "weight");
   if (weight.dim() != 2) throw Error("weight", "2 dimensions [V, E]", weight.value().describe());
   std::int64_t count = 1;
   for (const std::int64_t s : shape) {
@@ -33,7 +33,7 @@ Var embedding(const Var& weight, const std::vector<std::int64_t>& indices, const
   out_shape.push_back(E);
   const Tensor wv = weight.value().contiguous();
   Tensor out = Tensor::empty(out_shape, weight.dtype());
-  kernels::dispatch(weight.dtype(), [&](auto zero) {
+  ops::dispatch(weight.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* w = wv.data_as<T>();
     T* o = out.data_as<T>();
@@ -46,7 +46,7 @@ Var embedding(const Var& weight, const std::vector<std::int64_t>& indices, const
   return detail::record(std::move(out), {&weight}, [=](const Tensor& dout) {
     const Tensor g = dout.contiguous();
     Tensor dw = Tensor::zeros(w_shape, g.dtype());
-    kernels::dispatch(g.dtype(), [&](auto zero) {
+    ops::dispatch(g.dtype(), [&](auto zero) {
       using T = decltype(zero);
       const T* pg = g.data_as<T>();
       T* pd = dw.data_as<T>();

@@ -4,8 +4,8 @@
 #include <unordered_set>
 #include <utility>
 
-#include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/error.hpp"
 
 namespace qkv::autograd {
@@ -22,9 +22,7 @@ const Node& node_of(const std::shared_ptr<Node>& node, const char* what) {
 
 // The sum of the gradients received so far; a fresh tensor, so gradients that alias one another
 // (a reshape passes on a view of its dout) are never written.
-void accumulate(Tensor& into, const Tensor& g) {
-  into = into.defined() ? kernels::add(into, g) : g;
-}
+void accumulate(Tensor& into, const Tensor& g) { into = into.defined() ? ops::add(into, g) : g; }
 
 // Every node `root` depends on that requires grad, each after the nodes that use it: the
 // reverse of a depth-first post-order, computed with an explicit stack.
@@ -84,7 +82,7 @@ Var record(Tensor value, std::initializer_list<const Var*> inputs, BackwardFn ba
 }  // namespace detail
 
 Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<detail::Node>()) {
-  kernels::expect_any_floating(value, "value");
+  ops::expect_any_floating(value, "value");
   node_->value = std::move(value);
   node_->requires_grad = requires_grad;
 }
@@ -136,7 +134,7 @@ void Var::backward(const Tensor& seed) const {
     if (!g.defined()) continue;
     if (!node->backward) {
       // A leaf keeps its own copy: the caller may zero it in place.
-      node->grad = node->grad.defined() ? kernels::add(node->grad, g) : g.clone();
+      node->grad = node->grad.defined() ? ops::add(node->grad, g) : g.clone();
       continue;
     }
     const std::vector<Tensor> grads = node->backward(g);

@@ -5,8 +5,8 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
 namespace qkv::autograd {
@@ -49,10 +49,10 @@ void check_shape(const Var& v, const Shape& want, const char* name) {
 // x [N, I], h [N, H], w_ih [3H, I], w_hh [3H, H], b_ih [3H], b_hh [3H] -> h' [N, H]
 Var gru_cell(const Var& x, const Var& h, const Var& w_ih, const Var& w_hh, const Var& b_ih,
              const Var& b_hh) {
-  kernels::expect_floating(x.value(), "x");
+  ops::expect_floating(x.value(), "x");
   if (x.dim() != 2) throw Error("x", "2 dimensions [N, I]", shape_string(x.shape()));
-  kernels::expect_floating(h.value(), "h");
-  kernels::expect_same_dtype(x.value(), h.value(), "h");
+  ops::expect_floating(h.value(), "h");
+  ops::expect_same_dtype(x.value(), h.value(), "h");
   if (h.dim() != 2 || h.shape()[0] != x.shape()[0]) {
     throw Error("h", "shape [" + std::to_string(x.shape()[0]) + ", H] (N from x)",
                 shape_string(h.shape()));
@@ -64,8 +64,8 @@ Var gru_cell(const Var& x, const Var& h, const Var& w_ih, const Var& w_hh, const
       if (param == &w_ih || param == &w_hh) throw Error(name, "a defined Var", "an undefined one");
       continue;
     }
-    kernels::expect_floating(param->value(), name);
-    kernels::expect_same_dtype(x.value(), param->value(), name);
+    ops::expect_floating(param->value(), name);
+    ops::expect_same_dtype(x.value(), param->value(), name);
   }
   check_shape(w_ih, {3 * H, I}, "w_ih");
   check_shape(w_hh, {3 * H, H}, "w_hh");
@@ -79,14 +79,12 @@ Var gru_cell(const Var& x, const Var& h, const Var& w_ih, const Var& w_hh, const
   const Tensor bh = b_hh.defined() ? b_hh.value().contiguous() : Tensor();
   Tensor out = Tensor::empty({N, H}, dtype);
   Tensor gates = Tensor::empty({N, 4 * H}, dtype);  // r, z, n and W_hn h + b_hn, saved
-  kernels::dispatch(dtype, [&](auto zero) {
+  ops::dispatch(dtype, [&](auto zero) {
     using T = decltype(zero);
     std::vector<T> gi(static_cast<std::size_t>(N * 3 * H)), gh(gi.size());
     // gi = x W_ih^T + b_ih, gh = h W_hh^T + b_hh, each [N, 3H] in the gate order r, z, n
-    kernels::gemm(false, true, N, 3 * H, I, xv.data_as<T>(), I, wi.data_as<T>(), I, gi.data(),
-                  3 * H);
-    kernels::gemm(false, true, N, 3 * H, H, hv.data_as<T>(), H, wh.data_as<T>(), H, gh.data(),
-                  3 * H);
+    ops::gemm(false, true, N, 3 * H, I, xv.data_as<T>(), I, wi.data_as<T>(), I, gi.data(), 3 * H);
+    ops::gemm(false, true, N, 3 * H, H, hv.data_as<T>(), H, wh.data_as<T>(), H, gh.data(), 3 * H);
     add_rows(gi.data(), bi.defined() ? bi.data_as<T>() : nullptr, N, 3 * H);
     add_rows(gh.data(), bh.defined() ? bh.data_as<T>() : nullptr, N, 3 * H);
     const T* hp = hv.data_as<T>();
@@ -114,7 +112,7 @@ Var gru_cell(const Var& x, const Var& h, const Var& w_ih, const Var& w_hh, const
   return detail::record(
       std::move(out), {&x, &h, &w_ih, &w_hh, &b_ih, &b_hh}, [=](const Tensor& dout) {
         std::vector<Tensor> grads(6);
-        kernels::dispatch(dtype, [&](auto zero) {
+        ops::dispatch(dtype, [&](auto zero) {
           using T = decltype(zero);
           const Tensor dc = dout.contiguous();
           const T* d = dc.data_as<T>();
@@ -150,15 +148,12 @@ Var gru_cell(const Var& x, const Var& h, const Var& w_ih, const Var& w_hh, const
           }
           // gi = x W_ih^T + b_ih  ->  dx = dgi W_ih, dW_ih = dgi^T x, db_ih = sum_N dgi
           Tensor dx = Tensor::empty({N, I}, dtype), dwi = Tensor::empty({3 * H, I}, dtype);
-          kernels::gemm(false, false, N, I, 3 * H, pi, 3 * H, wi.data_as<T>(), I, dx.data_as<T>(),
-                        I);
-          kernels::gemm(true, false, 3 * H, I, N, pi, 3 * H, xv.data_as<T>(), I, dwi.data_as<T>(),
-                        I);
+          ops::gemm(false, false, N, I, 3 * H, pi, 3 * H, wi.data_as<T>(), I, dx.data_as<T>(), I);
+          ops::gemm(true, false, 3 * H, I, N, pi, 3 * H, xv.data_as<T>(), I, dwi.data_as<T>(), I);
           // gh = h W_hh^T + b_hh  ->  dh += dgh W_hh, dW_hh = dgh^T h, db_hh = sum_N dgh
           Tensor dhh = Tensor::empty({N, H}, dtype), dwh = Tensor::empty({3 * H, H}, dtype);
-          kernels::gemm(false, false, N, H, 3 * H, ph, 3 * H, wh.data_as<T>(), H, dhh.data_as<T>(),
-                        H);
-          kernels::gemm(true, false, 3 * H, H, N, ph, 3 * H, hp, H, dwh.data_as<T>(), H);
+          ops::gemm(false, false, N, H, 3 * H, ph, 3 * H, wh.data_as<T>(), H, dhh.data_as<T>(), H);
+          ops::gemm(true, false, 3 * H, H, N, ph, 3 * H, hp, H, dwh.data_as<T>(), H);
           const T* extra = dhh.data_as<T>();
           for (std::int64_t e = 0; e < N * H; ++e) pd[e] += extra[e];
           grads[0] = dx;

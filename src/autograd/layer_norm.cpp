@@ -6,8 +6,9 @@
 #include <utility>
 #include <vector>
 
-#include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "ops/layer_norm.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
 namespace qkv::autograd {
@@ -17,47 +18,24 @@ namespace cpu_kernels = qkv::kernels::cpu;
 // x [..., *normalized_shape], weight [*normalized_shape], bias [*normalized_shape] -> x's shape
 Var layer_norm(const Var& x, const Shape& normalized_shape, const Var& weight, const Var& bias,
                double eps) {
-  kernels::expect_floating(x.value(), "x");
-  const std::int64_t k = static_cast<std::int64_t>(normalized_shape.size());
-  const Shape& xs = x.shape();
-  if (k == 0 || k > x.dim() ||
-      !std::equal(normalized_shape.begin(), normalized_shape.end(), xs.end() - k)) {
-    throw Error("normalized_shape", "the trailing sizes of x " + shape_string(xs),
-                shape_string(normalized_shape));
-  }
-  for (const auto& [param, name] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}}) {
-    if (!param->defined()) continue;
-    kernels::expect_floating(param->value(), name);
-    kernels::expect_same_dtype(x.value(), param->value(), name);
-    if (param->shape() != normalized_shape) {
-      throw Error(name, "shape " + shape_string(normalized_shape), shape_string(param->shape()));
-    }
-  }
-  if (!(eps >= 0)) throw Error("eps", "a non-negative number", std::to_string(eps));
+  // rstd = 1 / sqrt(var + eps); xhat = (x - mean) * rstd; out = xhat * w + b
+  ops::LayerNormSaved saved = ops::layer_norm_saving(x.value(), normalized_shape,
+                                                     weight.defined() ? weight.value() : Tensor(),
+                                                     bias.defined() ? bias.value() : Tensor(), eps);
+  const Shape xs = x.shape();
+  const DType dtype = x.dtype();
   std::int64_t n = 1;
   for (const std::int64_t s : normalized_shape) n *= s;
   const std::int64_t rows = n == 0 ? 0 : x.numel() / n;
-  const DType dtype = x.dtype();
-  const Tensor xv = x.value().contiguous();
+  const Tensor xhat = saved.xhat, rstd = saved.rstd;
   const Tensor wv = weight.defined() ? weight.value().contiguous() : Tensor();
-  const Tensor bv = bias.defined() ? bias.value().contiguous() : Tensor();
-  Tensor out = Tensor::empty(xs, dtype);
-  Tensor xhat = Tensor::empty(xs, dtype);  // saved for the backward
-  Tensor rstd = Tensor::empty({rows}, DType::f64);
-  kernels::dispatch(dtype, [&](auto zero) {
-    using T = decltype(zero);
-    // rstd = 1 / sqrt(var + eps); xhat = (x - mean) * rstd; out = xhat * w + b
-    cpu_kernels::layer_norm_rows(xv.data_as<T>(), rows, n, wv.defined() ? wv.data_as<T>() : nullptr,
-                                 bv.defined() ? bv.data_as<T>() : nullptr, eps, out.data_as<T>(),
-                                 xhat.data_as<T>(), rstd.data_as<double>());
-  });
   const bool need_w = weight.defined(), need_b = bias.defined();
-  return detail::record(std::move(out), {&x, &weight, &bias}, [=](const Tensor& dout) {
+  return detail::record(std::move(saved.out), {&x, &weight, &bias}, [=](const Tensor& dout) {
     const Tensor g = dout.contiguous();
     Tensor dx = Tensor::empty(xs, dtype);
     Tensor dw = Tensor::empty(normalized_shape, dtype);
     Tensor db = Tensor::empty(normalized_shape, dtype);
-    kernels::dispatch(dtype, [&](auto zero) {
+    ops::dispatch(dtype, [&](auto zero) {
       using T = decltype(zero);
       std::vector<double> dw_sum(static_cast<std::size_t>(n), 0.0), db_sum(dw_sum);
       // out = xhat * w + b: dxhat = g * w, dw = sum g * xhat, db = sum g;

@@ -3,15 +3,15 @@
 #include <optional>
 #include <vector>
 
-#include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
 namespace qkv::autograd {
 
 // q [B, Tq, Hq, D], k [B, Tk, Hk, D], v [B, Tk, Hk, Dv] -> out [B, Tq, Hq, Dv]
 Var linear_attention(const Var& q, const Var& k, const Var& v, const LinearOptions& options) {
-  kernels::expect_any_floating(q.value(), "q");
+  ops::expect_any_floating(q.value(), "q");
   const std::optional<DType> autocast = autocast_dtype();
   if (autocast && q.dtype() == DType::f32) {
     // out = linear_attention(q, k, v) in the autocast dtype: q, k, v and out rounded to it (the

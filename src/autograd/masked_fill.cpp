@@ -1,28 +1,28 @@
 // masked_fill: entries under a boolean mask replaced by a constant.
 #include <vector>
 
-#include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
 namespace qkv::autograd {
 
 // x [...], mask boolean broadcastable to [...] -> [...]
 Var masked_fill(const Var& x, const Tensor& mask, double value) {
-  kernels::expect_floating(x.value(), "x");
+  ops::expect_floating(x.value(), "x");
   if (!mask.defined() || mask.dtype() != DType::boolean) {
     throw Error("mask", "a boolean tensor",
                 mask.defined() ? std::string(dtype_name(mask.dtype())) : "an undefined tensor");
   }
-  if (kernels::broadcast_shapes(x.shape(), mask.shape(), "mask") != x.shape()) {
+  if (ops::broadcast_shapes(x.shape(), mask.shape(), "mask") != x.shape()) {
     throw Error("mask", "shape broadcastable to " + shape_string(x.shape()),
                 shape_string(mask.shape()));
   }
-  const Tensor m = kernels::broadcast_to(mask, x.shape());
+  const Tensor m = ops::broadcast_to(mask, x.shape());
   const auto* filled = m.data_as<std::uint8_t>();
   const Tensor xv = x.value().contiguous();
   Tensor out = Tensor::empty(x.shape(), x.dtype());
-  kernels::dispatch(x.dtype(), [&](auto zero) {
+  ops::dispatch(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* in = xv.data_as<T>();
     T* o = out.data_as<T>();
@@ -32,7 +32,7 @@ Var masked_fill(const Var& x, const Tensor& mask, double value) {
   return detail::record(std::move(out), {&x}, [m](const Tensor& dout) {
     const Tensor g = dout.contiguous();
     Tensor dx = Tensor::empty(g.shape(), g.dtype());
-    kernels::dispatch(g.dtype(), [&](auto zero) {
+    ops::dispatch(g.dtype(), [&](auto zero) {
       using T = decltype(zero);
       const auto* filled = m.data_as<std::uint8_t>();
       const T* pg = g.data_as<T>();

@@ -1,7 +1,7 @@
 // Attention score functions, composed from the ops: no backward of their own.
 #include <cmath>
 
-#include "autograd/kernels.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
 namespace qkv::autograd {

@@ -2,15 +2,15 @@
 #include <string>
 #include <vector>
 
-#include "autograd/kernels.hpp"
 #include "autograd/node.hpp"
+#include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
 namespace qkv::autograd {
 
 // x [...] -> [shape]
 Var reshape(const Var& x, const Shape& shape) {
-  kernels::expect_floating(x.value(), "x");
+  ops::expect_floating(x.value(), "x");
   const Shape x_shape = x.shape();
   // out = x.reshape(shape)
   Tensor out = x.value().reshape(shape);
@@ -20,7 +20,7 @@ Var reshape(const Var& x, const Shape& shape) {
 
 // x [...] -> [x.shape[dims[0]], x.shape[dims[1]], ...]
 Var permute(const Var& x, const Shape& dims) {
-  kernels::expect_floating(x.value(), "x");
+  ops::expect_floating(x.value(), "x");
   // out = x.permute(dims)
   Tensor out = x.value().permute(dims);
   Shape inverse(dims.size());
@@ -31,9 +31,9 @@ Var permute(const Var& x, const Shape& dims) {
 
 // x [...] -> x with dimensions a and b swapped
 Var transpose(const Var& x, std::int64_t a, std::int64_t b) {
-  kernels::expect_floating(x.value(), "x");
-  const std::int64_t da = kernels::wrap_dim(a, x.dim(), "a");
-  const std::int64_t db = kernels::wrap_dim(b, x.dim(), "b");
+  ops::expect_floating(x.value(), "x");
+  const std::int64_t da = ops::wrap_dim(a, x.dim(), "a");
+  const std::int64_t db = ops::wrap_dim(b, x.dim(), "b");
   Shape dims(x.dim());
   for (std::int64_t d = 0; d < x.dim(); ++d) dims[d] = d;
   std::swap(dims[da], dims[db]);
@@ -42,7 +42,7 @@ Var transpose(const Var& x, std::int64_t a, std::int64_t b) {
 
 // x [B, T, H * D] -> [B, T, H, D]
 Var split_heads(const Var& x, std::int64_t heads) {
-  kernels::expect_floating(x.value(), "x");
+  ops::expect_floating(x.value(), "x");
   if (x.dim() != 3) throw Error("x", "3 dimensions [B, T, H * D]", x.value().describe());
   if (heads <= 0 || x.size(2) % heads != 0) {
     throw Error("heads", "a positive divisor of " + std::to_string(x.size(2)) + " (x's last size)",
@@ -53,7 +53,7 @@ Var split_heads(const Var& x, std::int64_t heads) {
 
 // x [B, T, H, D] -> [B, T, H * D]
 Var merge_heads(const Var& x) {
-  kernels::expect_floating(x.value(), "x");
+  ops::expect_floating(x.value(), "x");
   if (x.dim() != 4) throw Error("x", "4 dimensions [B, T, H, D]", x.value().describe());
   return reshape(x, {x.size(0), x.size(1), x.size(2) * x.size(3)});
 }
@@ -61,32 +61,18 @@ Var merge_heads(const Var& x) {
 // xs[i] [..., n_i, ...] -> [..., sum n_i, ...]
 Var concat(const std::vector<Var>& xs, std::int64_t dim) {
   if (xs.empty()) throw Error("xs", "at least one Var", "none");
+  std::vector<Tensor> values;
   for (std::size_t i = 0; i < xs.size(); ++i) {
-    const std::string name = "xs[" + std::to_string(i) + "]";
-    kernels::expect_floating(xs[i].value(), name.c_str());
-    kernels::expect_same_dtype(xs[0].value(), xs[i].value(), name.c_str());
-  }
-  const std::int64_t d = kernels::wrap_dim(dim, xs[0].dim(), "dim");
-  Shape shape = xs[0].shape();
-  shape[d] = 0;
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    Shape expected = xs[0].shape();
-    expected[d] = xs[i].size(d);
-    if (xs[i].shape() != expected) {
-      throw Error(
-          "xs[" + std::to_string(i) + "]",
-          "shape " + shape_string(expected) + " (as xs[0] but along dim " + std::to_string(d) + ")",
-          shape_string(xs[i].shape()));
-    }
-    shape[d] += xs[i].size(d);
+    ops::expect_floating(xs[i].value(), ("xs[" + std::to_string(i) + "]").c_str());
+    values.push_back(xs[i].value());
   }
   // out[..., start_i : start_i + n_i, ...] = xs[i]
-  Tensor out = Tensor::empty(shape, xs[0].dtype());
+  Tensor out = ops::concat(values, dim);
+  const std::int64_t d = ops::wrap_dim(dim, xs[0].dim(), "dim");
   std::vector<std::int64_t> starts;
   std::int64_t start = 0;
   for (const Var& x : xs) {
     starts.push_back(start);
-    out.slice(d, start, start + x.size(d)).copy_from(x.value());
     start += x.size(d);
   }
   std::vector<std::int64_t> sizes;
@@ -102,8 +88,8 @@ Var concat(const std::vector<Var>& xs, std::int64_t dim) {
 
 // x [..., n, ...] -> [..., m, ...], m = the count of start, start + step, ... below end
 Var slice(const Var& x, std::int64_t dim, std::int64_t start, std::int64_t end, std::int64_t step) {
-  kernels::expect_floating(x.value(), "x");
-  const std::int64_t d = kernels::wrap_dim(dim, x.dim(), "dim");
+  ops::expect_floating(x.value(), "x");
+  const std::int64_t d = ops::wrap_dim(dim, x.dim(), "dim");
   if (step <= 0) throw Error("step", "a positive step", std::to_string(step));
   const Shape x_shape = x.shape();
   // out = x[..., start:end:step, ...]

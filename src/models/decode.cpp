@@ -11,6 +11,7 @@
 
 #include "qkv/error.hpp"
 #include "qkv/models/corpus.hpp"
+#include "qkv/ops.hpp"
 
 namespace qkv::models {
 
@@ -38,9 +39,9 @@ std::vector<double> log_softmax(const float* logits, std::int64_t V) {
 // Per-step tensors [H, S] (or [V]) of one row -> stacked along a new time axis [H, T, S] ([T, V])
 Tensor stack_steps(const std::vector<Tensor>& steps, std::int64_t axis) {
   if (steps.empty()) return Tensor();
-  std::vector<Var> parts;
-  for (const Tensor& step : steps) parts.emplace_back(step.unsqueeze(axis));
-  return ag::concat(parts, axis).value();
+  std::vector<Tensor> parts;
+  for (const Tensor& step : steps) parts.push_back(step.unsqueeze(axis));
+  return ops::concat(parts, axis);
 }
 
 // options.max_length, or the model's when 0

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "qkv/error.hpp"
+#include "qkv/ops.hpp"
 
 namespace qkv::models {
 
@@ -190,7 +191,9 @@ Var RnnTranslator::decode(const Var& memory, const Batch& source, const Batch& t
     if (!config_.attention) {
       throw Error("cross_weights", "null for a model without attention", "a tensor to fill");
     }
-    *cross_weights = ag::concat(weights, 2).value();
+    std::vector<Tensor> values;  // the weights as seen, no node of the graph
+    for (const Var& w : weights) values.push_back(w.value());
+    *cross_weights = ops::concat(values, 2);
   }
   return output_.forward(ag::concat(outputs, 1));
 }

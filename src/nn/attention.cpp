@@ -10,6 +10,7 @@
 
 #include "qkv/error.hpp"
 #include "qkv/nn/positional.hpp"
+#include "qkv/ops.hpp"
 
 namespace qkv::nn {
 
@@ -305,13 +306,8 @@ AttentionResult MultiheadAttention::attend(const Var& q, const Var& k, const Var
   if (call.need_weights) {
     AttentionOptions w = options;
     if (bias.defined()) w.bias = bias.value();
-    const Tensor p = attention_weights(q.value(), k.value(), w);  // [B, Hq, Tq, Tk]
-    if (call.average_attn_weights) {
-      ag::NoGrad no_grad;
-      result.weights = ag::mean(Var(p), 1).value();  // [B, Tq, Tk]
-    } else {
-      result.weights = p;
-    }
+    const Tensor p = attention_weights(q.value(), k.value(), w);       // [B, Hq, Tq, Tk]
+    result.weights = call.average_attn_weights ? ops::mean(p, 1) : p;  // [B, Tq, Tk]
   }
   if (training() && config_.dropout > 0) {
     options.dropout_p = config_.dropout;

@@ -25,6 +25,7 @@
 #include "qkv/models/decode.hpp"
 #include "qkv/models/evaluate.hpp"
 #include "qkv/models/train.hpp"
+#include "qkv/ops.hpp"
 #include "qkv/progress.hpp"
 #include "qkv/safetensors.hpp"
 #include "qkv/system.hpp"
@@ -99,9 +100,7 @@ std::string alignment_string(const SentencePair& p) {
 
 // weights [H, T, S] -> [H + 1, T, S], the head average last
 Tensor with_average(const Tensor& weights) {
-  autograd::NoGrad no_grad;
-  const autograd::Var w(weights);
-  return autograd::concat({w, autograd::mean(w, 0, /*keepdim=*/true)}, 0).value();
+  return ops::concat({weights, ops::mean(weights, 0, /*keepdim=*/true)}, 0);
 }
 
 void run_demo(const DemoOptions& o) {

@@ -30,6 +30,7 @@
 #include "qkv/models/rnn_translator.hpp"
 #include "qkv/models/train.hpp"
 #include "qkv/models/translator.hpp"
+#include "qkv/ops.hpp"
 #include "qkv/progress.hpp"
 #include "qkv/system.hpp"
 #include "qkv/version.hpp"
@@ -289,7 +290,7 @@ void alignment_figure(const std::vector<Trained>& runs, const SentencePair& pair
                       const models::Vocabulary& source, const models::Vocabulary& target,
                       const fs::path& file) {
   autograd::NoGrad no_grad;
-  std::vector<autograd::Var> panels;
+  std::vector<Tensor> panels;
   viz::HeatmapOptions h;
   for (const Trained& t : runs) {
     if (!t.model->attends()) continue;
@@ -300,7 +301,7 @@ void alignment_figure(const std::vector<Trained>& runs, const SentencePair& pair
     const models::Batch tin = models::make_batch({in});
     Tensor cross;  // [1, H, T + 1, S]
     t.model->decode(t.model->encode(s), s, tin, &cross);
-    panels.push_back(autograd::mean(autograd::Var(cross), 1));  // [1, T + 1, S]
+    panels.push_back(ops::mean(cross, 1));  // [1, T + 1, S]
     h.panel_titles.push_back(t.label + (t.name == "transformer" ? " (head average)" : ""));
   }
   if (panels.empty()) return;
@@ -308,7 +309,7 @@ void alignment_figure(const std::vector<Trained>& runs, const SentencePair& pair
   h.y_labels = pair.target;
   h.y_labels.emplace_back("<eos>");
   h.title = "where each model looks while it writes the reference";
-  viz::write_heatmap(autograd::concat(panels, 0).value(), h, file);
+  viz::write_heatmap(ops::concat(panels, 0), h, file);
 }
 
 nlohmann::ordered_json buckets_json(const models::Evaluation& e) {

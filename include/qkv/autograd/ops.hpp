@@ -10,9 +10,11 @@
 #include "qkv/flex.hpp"
 #include "qkv/linear_attention.hpp"
 #include "qkv/mod_values.hpp"
+#include "qkv/ops.hpp"
 #include "qkv/tensor.hpp"
 
-// The differentiable ops. Every op takes f32 or f64 Vars of one dtype (cast, matmul and attention
+// The differentiable ops: each computes its forward with qkv::ops (qkv/ops.hpp) and records its
+// backward. Every op takes f32 or f64 Vars of one dtype (cast, matmul and attention
 // also bf16 and f16) and returns a new Var; the result records its backward when grad is enabled
 // and an input requires grad. Bad arguments throw qkv::Error naming the argument, the expected
 // and the actual value, before any work.
@@ -73,10 +75,7 @@ Var max(const Var& x, std::int64_t dim, bool keepdim = false);
 
 // --- activation.cpp -------------------------------------------------------------------------
 // x [...] -> [...], element by element.
-enum class Gelu : std::uint8_t {
-  exact,  // x Phi(x) = x (1 + erf(x / sqrt 2)) / 2: PyTorch's nn.GELU() default
-  tanh,   // x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2: nn.GELU(approximate="tanh")
-};
+using Gelu = ops::Gelu;  // exact (nn.GELU()) or tanh (nn.GELU(approximate="tanh"))
 Var exp(const Var& x);
 Var log(const Var& x);
 Var tanh(const Var& x);

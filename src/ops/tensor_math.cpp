@@ -1,4 +1,4 @@
-#include "autograd/kernels.hpp"
+#include "ops/tensor_math.hpp"
 
 #include <algorithm>
 #include <string>
@@ -6,7 +6,7 @@
 
 #include "kernels/cpu/blas.hpp"
 
-namespace qkv::autograd::kernels {
+namespace qkv::ops {
 
 void expect_floating(const Tensor& x, const char* argument) {
   if (!x.defined()) throw Error(argument, "a defined f32 or f64 tensor", "an undefined tensor");
@@ -109,11 +109,6 @@ Tensor sum_to(const Tensor& g, const Shape& shape) {
   return out;
 }
 
-Tensor add(const Tensor& a, const Tensor& b) {
-  if (is_half(a.dtype())) return add(a.to(DType::f32), b.to(DType::f32)).to(a.dtype());
-  return zip(a, b, [](auto x, auto y) { return x + y; });
-}
-
 Lanes lanes(const Shape& shape, std::int64_t dim) {
   Lanes l;
   for (std::int64_t d = 0; d < static_cast<std::int64_t>(shape.size()); ++d) {
@@ -136,4 +131,4 @@ void gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, st
   qkv::kernels::cpu::blas_gemm(transpose_a, transpose_b, M, N, K, A, lda, B, ldb, false, C, ldc);
 }
 
-}  // namespace qkv::autograd::kernels
+}  // namespace qkv::ops

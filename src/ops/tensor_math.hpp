@@ -1,7 +1,7 @@
 #pragma once
 
-// Tensor arithmetic the ops are written in: plain functions of tensors (no graph), f32 or f64,
-// returning fresh contiguous tensors.
+// The helpers qkv::ops (qkv/ops.hpp) and autograd's rules are written in: argument checks,
+// dtype dispatch, broadcasting, element loops, lanes along a dimension, the BLAS.
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -9,9 +9,10 @@
 
 #include "core/dims.hpp"
 #include "qkv/error.hpp"
+#include "qkv/ops.hpp"
 #include "qkv/tensor.hpp"
 
-namespace qkv::autograd::kernels {
+namespace qkv::ops {
 
 // Throws unless x is defined and f32 or f64.
 void expect_floating(const Tensor& x, const char* argument);
@@ -36,9 +37,6 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* argument_b);
 Tensor sum_to(const Tensor& g, const Shape& shape);
 // x broadcast to shape, contiguous.
 Tensor broadcast_to(const Tensor& x, const Shape& shape);
-
-// a + b, same shape and dtype (bf16 and f16 added in f32 and rounded once).
-Tensor add(const Tensor& a, const Tensor& b);
 
 // fn(x_i) for every element, contiguous.
 template <class Fn>
@@ -94,6 +92,14 @@ struct Lanes {
   std::int64_t outer = 1, n = 1, inner = 1;
 };
 Lanes lanes(const Shape& shape, std::int64_t dim);
+// fn(first, r) for every lane: its first element's flat index (o * n * inner + i, the others
+// `inner` apart) and its index among the lanes (o * inner + i).
+template <class Fn>
+void for_each_lane(const Lanes& l, Fn&& fn) {
+  for (std::int64_t o = 0; o < l.outer; ++o) {
+    for (std::int64_t i = 0; i < l.inner; ++i) fn(o * l.n * l.inner + i, o * l.inner + i);
+  }
+}
 
 // Row-major C = A B with op(A) [M, K], op(B) [K, N] (op transposes when asked); lda, ldb, ldc
 // are the row strides of A, B and C as stored. C is overwritten. Through the BLAS.
@@ -104,4 +110,4 @@ void gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, st
           const double* A, std::int64_t lda, const double* B, std::int64_t ldb, double* C,
           std::int64_t ldc);
 
-}  // namespace qkv::autograd::kernels
+}  // namespace qkv::ops
