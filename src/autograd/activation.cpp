@@ -4,6 +4,7 @@
 
 #include "autograd/node.hpp"
 #include "kernels/cpu/elementwise.hpp"
+#include "ops/parallel.hpp"
 #include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
@@ -62,7 +63,10 @@ Var relu(const Var& x) {
     Tensor dx = Tensor::empty(gc.shape(), gc.dtype());
     ops::dispatch(gc.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      cpu_kernels::relu_grad(gc.data_as<T>(), saved_out.data_as<T>(), gc.numel(), dx.data_as<T>());
+      ops::for_chunks(gc.numel(), ops::kChunkElements, [&](std::int64_t begin, std::int64_t end) {
+        cpu_kernels::relu_grad(gc.data_as<T>() + begin, saved_out.data_as<T>() + begin, end - begin,
+                               dx.data_as<T>() + begin);
+      });
     });
     return std::vector<Tensor>{dx};
   });

@@ -8,6 +8,7 @@
 
 #include "autograd/node.hpp"
 #include "ops/layer_norm.hpp"
+#include "ops/parallel.hpp"
 #include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
@@ -37,15 +38,27 @@ Var layer_norm(const Var& x, const Shape& normalized_shape, const Var& weight, c
     Tensor db = Tensor::empty(normalized_shape, dtype);
     ops::dispatch(dtype, [&](auto zero) {
       using T = decltype(zero);
-      std::vector<double> dw_sum(static_cast<std::size_t>(n), 0.0), db_sum(dw_sum);
+      // Each chunk of rows sums its own dw and db; the chunks' sums are added in chunk order.
+      const std::int64_t chunk = ops::rows_per_chunk(n);
+      const std::int64_t chunks = rows == 0 ? 0 : (rows + chunk - 1) / chunk;
+      std::vector<double> dw_sums(static_cast<std::size_t>(chunks * n), 0.0), db_sums(dw_sums);
       // out = xhat * w + b: dxhat = g * w, dw = sum g * xhat, db = sum g;
       // xhat = (x - mean) * rstd: dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))
-      cpu_kernels::layer_norm_backward_rows(
-          g.data_as<T>(), xhat.data_as<T>(), wv.defined() ? wv.data_as<T>() : nullptr,
-          rstd.data_as<double>(), rows, n, dx.data_as<T>(), dw_sum.data(), db_sum.data());
+      ops::for_chunks(rows, chunk, [&](std::int64_t begin, std::int64_t end) {
+        const std::size_t at = static_cast<std::size_t>(begin / chunk * n);
+        cpu_kernels::layer_norm_backward_rows(
+            g.data_as<T>() + begin * n, xhat.data_as<T>() + begin * n,
+            wv.defined() ? wv.data_as<T>() : nullptr, rstd.data_as<double>() + begin, end - begin,
+            n, dx.data_as<T>() + begin * n, dw_sums.data() + at, db_sums.data() + at);
+      });
       for (std::int64_t j = 0; j < n; ++j) {
-        dw.data_as<T>()[j] = static_cast<T>(dw_sum[static_cast<std::size_t>(j)]);
-        db.data_as<T>()[j] = static_cast<T>(db_sum[static_cast<std::size_t>(j)]);
+        double dw_j = 0, db_j = 0;
+        for (std::int64_t c = 0; c < chunks; ++c) {
+          dw_j += dw_sums[static_cast<std::size_t>(c * n + j)];
+          db_j += db_sums[static_cast<std::size_t>(c * n + j)];
+        }
+        dw.data_as<T>()[j] = static_cast<T>(dw_j);
+        db.data_as<T>()[j] = static_cast<T>(db_j);
       }
     });
     return std::vector<Tensor>{dx, need_w ? dw : Tensor(), need_b ? db : Tensor()};

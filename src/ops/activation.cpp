@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/cpu/elementwise.hpp"
+#include "ops/parallel.hpp"
 #include "ops/tensor_math.hpp"
 #include "qkv/ops.hpp"
 
@@ -62,7 +63,9 @@ Tensor relu(const Tensor& x) {
   // out = max(x, 0): a vector pass (kernels/cpu/elementwise.hpp)
   dispatch(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    kernels::cpu::relu_values(xc.data_as<T>(), xc.numel(), out.data_as<T>());
+    for_chunks(xc.numel(), kChunkElements, [&](std::int64_t begin, std::int64_t end) {
+      kernels::cpu::relu_values(xc.data_as<T>() + begin, end - begin, out.data_as<T>() + begin);
+    });
   });
   return out;
 }

@@ -1,6 +1,7 @@
 // add, sub, mul, div with numpy broadcasting, and x + c, x * c.
 #include <algorithm>
 
+#include "ops/parallel.hpp"
 #include "ops/tensor_math.hpp"
 #include "qkv/ops.hpp"
 
@@ -44,12 +45,22 @@ Tensor zip_broadcast(const Tensor& a, const Tensor& b, F f) {
     const T* yp = y.data_as<T>();
     T* o = out.data_as<T>();
     const bool x_full = x.numel() == n, y_full = y.numel() == n;
-    for (std::int64_t start = 0; start < n; start += period) {
-      const T* xs = x_full ? xp + start : xp;
-      const T* ys = y_full ? yp + start : yp;
-      T* os = o + start;
-      for (std::int64_t j = 0; j < period; ++j) os[j] = f(xs[j], ys[j]);
+    if (period == n) {  // one shape: chunks of elements
+      for_chunks(n, kChunkElements, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t j = begin; j < end; ++j) o[j] = f(xp[j], yp[j]);
+      });
+      return;
     }
+    // rows of `period` elements, the repeating side read from its start in each
+    for_chunks(n / period, rows_per_chunk(period), [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t row = begin; row < end; ++row) {
+        const std::int64_t start = row * period;
+        const T* xs = x_full ? xp + start : xp;
+        const T* ys = y_full ? yp + start : yp;
+        T* os = o + start;
+        for (std::int64_t j = 0; j < period; ++j) os[j] = f(xs[j], ys[j]);
+      }
+    });
   });
   return out;
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kernels/cpu/layer_norm.hpp"
+#include "ops/parallel.hpp"
 #include "ops/tensor_math.hpp"
 #include "qkv/ops.hpp"
 
@@ -43,10 +44,12 @@ LayerNormSaved layer_norm_saving(const Tensor& x, const Shape& normalized_shape,
   dispatch(dtype, [&](auto zero) {
     using T = decltype(zero);
     // rstd = 1 / sqrt(var + eps); xhat = (x - mean) * rstd; out = xhat * w + b
-    kernels::cpu::layer_norm_rows(xv.data_as<T>(), rows, n,
-                                  wv.defined() ? wv.data_as<T>() : nullptr,
-                                  bv.defined() ? bv.data_as<T>() : nullptr, eps, r.out.data_as<T>(),
-                                  r.xhat.data_as<T>(), r.rstd.data_as<double>());
+    for_chunks(rows, rows_per_chunk(n), [&](std::int64_t begin, std::int64_t end) {
+      kernels::cpu::layer_norm_rows(
+          xv.data_as<T>() + begin * n, end - begin, n, wv.defined() ? wv.data_as<T>() : nullptr,
+          bv.defined() ? bv.data_as<T>() : nullptr, eps, r.out.data_as<T>() + begin * n,
+          r.xhat.data_as<T>() + begin * n, r.rstd.data_as<double>() + begin);
+    });
   });
   return r;
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cpu/blas.hpp"
+#include "ops/parallel.hpp"
 #include "qkv/ops.hpp"
 
 namespace qkv::ops {
@@ -132,7 +133,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     T* y = out.data_as<T>();
     if (bv.defined()) {
       const T* b = bv.data_as<T>();
-      for (std::int64_t r = 0; r < R; ++r) std::copy(b, b + N, y + r * N);
+      for_chunks(R, rows_per_chunk(N), [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) std::copy(b, b + N, y + r * N);
+      });
     }
     // y = x W^T (+ the bias already there)
     kernels::cpu::blas_gemm(false, true, R, N, K, xv.data_as<T>(), K, wv.data_as<T>(), ldw,
