@@ -21,9 +21,10 @@ std::vector<std::string> cpu_features();
 // "avx512-bf16" (VDPBF16PS), then "f32-fma", which every CPU runs (bf16 converted to f32).
 std::vector<std::string> matrix_paths();
 
-// The kernels BLIS (the autodiff engine's and linear attention's matrix products) runs: "skx" or
-// "haswell" where qkv asked for them because Debian's BLIS does not know this CPU (AMD families
-// past Zen 4, where it would run portable C at a fifth of the speed), else "BLIS's own choice".
+// The kernels BLIS (the autodiff engine's and linear attention's matrix products) runs and who
+// chose them: "skx (set by qkv: ...)" or "haswell (...)" where Debian's BLIS does not know this
+// CPU (AMD families past Zen 4, where it would run portable C at a fifth of the speed), else
+// BLIS's name for its choice ("haswell (BLIS's choice)") or for a BLIS_ARCH_TYPE the user set.
 std::string blas_kernels();
 
 // Threads. qkv's fused attention kernels (attention_forward, attention_backward, and through them

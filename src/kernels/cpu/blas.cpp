@@ -23,6 +23,13 @@ namespace {
 // initializer, while the process is still starting), BLIS_ARCH_TYPE asks for the Skylake-X
 // kernels where AVX-512 F, CD, DQ, BW and VL are usable, else Haswell's where AVX2 and FMA are;
 // a BLIS_ARCH_TYPE the user set is left alone.
+// Intel CPUs with AVX-512 get the Skylake-X kernels only where BLIS reads two FMA units from the
+// model in the brand string: a KVM guest's "Intel(R) Xeon(R) Processor" (amx_bf16 avx512_bf16
+// avx512f) runs Haswell's. Left so: there the Skylake-X kernels took a lone [448, 128] x [128, 512]
+// product from 181 to 249 GFLOP/s on 2 threads, but qkv demo's training step was no faster with
+// them (41.6-45.9 ms against 40.2-49.6, alternated runs, the same share of the step in BLIS) and
+// its greedy decoding slower (0.50-0.62 s against 0.60-0.65), the 64-row products of a decoding
+// step losing Haswell's small-matrix path (2026-11-28).
 std::string choose_kernels() {
   const CpuFeatures& f = cpu_features();
   if (!f.amd || f.family <= 25 || std::getenv("BLIS_ARCH_TYPE") != nullptr) return "";
@@ -38,6 +45,14 @@ const std::string kChosen = choose_kernels();
 }  // namespace
 
 const std::string& blas_kernels_chosen() { return kChosen; }
+
+std::string blas_kernels_in_use() {
+  bli_init();  // BLIS checks a BLIS_ARCH_TYPE against its registered kernels only once initialized
+  const std::string arch = bli_arch_string(bli_arch_query_id());
+  if (!kChosen.empty()) return arch + " (set by qkv: BLIS would not know this CPU)";
+  return arch +
+         (std::getenv("BLIS_ARCH_TYPE") != nullptr ? " (BLIS_ARCH_TYPE)" : " (BLIS's choice)");
+}
 
 namespace {
 

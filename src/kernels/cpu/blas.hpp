@@ -20,5 +20,8 @@ void blas_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t 
 // The BLIS kernels qkv asked for on this CPU ("skx", "haswell"), or empty where BLIS's own
 // choice stands (it knows the CPU, or BLIS_ARCH_TYPE was set already).
 const std::string& blas_kernels_chosen();
+// The kernels BLIS runs ("skx", "haswell", ...) and who chose them: qkv (BLIS would not know
+// this CPU), the BLIS_ARCH_TYPE the user set, or BLIS itself.
+std::string blas_kernels_in_use();
 
 }  // namespace qkv::kernels::cpu

@@ -20,8 +20,7 @@ std::vector<std::string> matrix_paths() {
 }
 
 std::string blas_kernels() {
-  const std::string& chosen = kernels::cpu::blas_kernels_chosen();
-  return chosen.empty() ? "BLIS's own choice" : chosen;
+  return kernels::cpu::blas_kernels_in_use();
 }
 
 }  // namespace qkv
