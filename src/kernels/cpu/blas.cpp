@@ -12,6 +12,12 @@
 #include "qkv/system.hpp"
 
 namespace qkv::kernels::cpu {
+
+bool brand_names_no_model(const std::string& brand) {
+  const std::string name = brand.substr(0, brand.find('@'));
+  return !brand.empty() && name.find_first_of("0123456789") == std::string::npos;
+}
+
 namespace {
 
 // Debian's BLIS 0.9 picks its kernels from CPUID once, on its first call. It tells Intel CPUs
@@ -19,20 +25,24 @@ namespace {
 // 4): on family 26 (Zen 5) it runs its portable C kernels ("generic"). Measured on an AMD EPYC
 // (avx2 avx512_bf16 avx512f), one thread, 2026-11-25: a 1024^3 sgemm 42.5 GFLOP/s generic, 229
 // with its Skylake-X kernels (BLIS_ARCH_TYPE set by hand); 4096 x 65 x 64, a linear attention
-// product, 32 and 139. So on an AMD family past 25, before BLIS's first call (a static
+// product, 32 and 139. So on an AMD family past 25, and on an Intel CPU whose brand names no
+// model (below), before BLIS's first call (a static
 // initializer, while the process is still starting), BLIS_ARCH_TYPE asks for the Skylake-X
 // kernels where AVX-512 F, CD, DQ, BW and VL are usable, else Haswell's where AVX2 and FMA are;
 // a BLIS_ARCH_TYPE the user set is left alone.
 // Intel CPUs with AVX-512 get the Skylake-X kernels only where BLIS reads two FMA units from the
-// model in the brand string: a KVM guest's "Intel(R) Xeon(R) Processor" (amx_bf16 avx512_bf16
-// avx512f) runs Haswell's. Left so: there the Skylake-X kernels took a lone [448, 128] x [128, 512]
-// product from 181 to 249 GFLOP/s on 2 threads, but qkv demo's training step was no faster with
-// them (41.6-45.9 ms against 40.2-49.6, alternated runs, the same share of the step in BLIS) and
-// its greedy decoding slower (0.50-0.62 s against 0.60-0.65), the 64-row products of a decoding
-// step losing Haswell's small-matrix path (2026-11-28).
+// model in the brand string; a brand that names no model (a KVM guest's "Intel(R) Xeon(R)
+// Processor") gets Haswell's, half the vector width. Measured on such a guest (amx_bf16
+// avx512_bf16 avx512f, 2 threads, 2026-11-28), Haswell's against Skylake-X's: a 1024^3 sgemm 170
+// against 249 GFLOP/s; a linear layer's forward and backward at [480, 128] -> 512, 1438-1450 us
+// against 1032-1059 (with the pieces of gemm_of below); qkv demo's training step 40.0, 42.7, 40.0
+// ms against 35.2, 42.6, 34.3 (alternated runs). Its greedy decoding, batches of 64 rows, was
+// slower: 0.49-0.55 s against 0.54-0.64, a [64, 128] x [128, 128] product taking 24 us on
+// Skylake-X's kernels in two pieces against 16 on Haswell's small-matrix path.
 std::string choose_kernels() {
   const CpuFeatures& f = cpu_features();
-  if (!f.amd || f.family <= 25 || std::getenv("BLIS_ARCH_TYPE") != nullptr) return "";
+  const bool unknown = (f.amd && f.family > 25) || (f.intel && brand_names_no_model(f.brand));
+  if (!unknown || std::getenv("BLIS_ARCH_TYPE") != nullptr) return "";
   const bool skx = f.avx512f && f.avx512cd && f.avx512dq && f.avx512bw && f.avx512vl;
   if (!skx && !(f.avx2 && f.fma)) return "";
   const arch_t arch = skx ? BLIS_ARCH_SKX : BLIS_ARCH_HASWELL;
@@ -106,6 +116,27 @@ constexpr std::int64_t kMaxPieces = 16;
 // 2^19 (0.67 at [64, 64] x [64, 128]); BLIS 0.9, Intel Xeon with AMX, 2 threads, 2026-11-28.
 constexpr std::int64_t kThreadedMacs = std::int64_t{1} << 18;
 
+// Whether BLIS's kernels compute each element of C the same way whatever block of C a call
+// covers, so that C may be cut anywhere among threads: its Skylake-X kernels (no small-matrix
+// path) gave bitwise the whole product's C from rows and from columns cut at arbitrary bounds,
+// 300 random shapes up to 600 each in f32 and f64, every transpose, and from BLIS's own row and
+// column splits (400 shapes); Haswell's differed in 247 of the 300 (its small-matrix kernels
+// treat edges by the block's own size). BLIS 0.9, Intel Xeon with AMX, 2026-11-28.
+bool split_invariant() {
+  static const bool invariant = [] {
+    bli_init();
+    return bli_arch_query_id() == BLIS_ARCH_SKX;
+  }();
+  return invariant;
+}
+
+// C of at most this many rows is cut into columns, taller C into rows, one piece per thread,
+// where the kernels are split-invariant (Skylake-X's, 2 threads, 2026-11-28): a decoding step's
+// [64, 128] x [128, 384] took 53 us in two column pieces, 65 in two row pieces and 67 with
+// BLIS's column split; a training step's [448, 128] x [128, 384] 212 in columns, 197 in rows,
+// 199 with BLIS's split; [128, 448] x [448, 512] 308 in columns, 411 in rows.
+constexpr std::int64_t kColumnPiecesRows = 128;
+
 // blas_gemm for T = float or double, on this call's share of qkv's thread budget
 // (qkv/system.hpp). Through cblas_sgemm, BLIS took its thread count from OMP_NUM_THREADS or
 // BLIS_NUM_THREADS alone, one thread where neither was set (as under `qkv demo`), whatever
@@ -135,6 +166,25 @@ void gemm_of(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N,
     return;
   }
   const detail::ThreadShare share(num_threads());
+  if (split_invariant()) {
+    const int threads = share.threads();
+    const bool by_columns = M <= kColumnPiecesRows;
+    const std::int64_t extent = by_columns ? N : M;
+    const std::int64_t step = ((extent + threads - 1) / threads + 15) / 16 * 16;
+    const std::int64_t parts = (extent + step - 1) / step;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (std::int64_t p = 0; p < parts; ++p) {
+      const std::int64_t start = p * step, n = std::min(step, extent - start);
+      if (by_columns) {
+        gemm_columns(ta, tb, M, n, K, A, lda, transpose_b ? B + start * ldb : B + start, ldb,
+                     accumulate, C + start, ldc, 1);
+      } else {
+        gemm_columns(ta, tb, n, N, K, transpose_a ? A + start : A + start * lda, lda, B, ldb,
+                     accumulate, C + start * ldc, ldc, 1);
+      }
+    }
+    return;
+  }
   std::int64_t pieces = std::min({kMaxPieces, M * N * K / kPieceMacs, M / 16});
   if (M <= 2 * N || pieces <= 1) {
     gemm_columns(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, share.threads());

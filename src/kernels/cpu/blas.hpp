@@ -20,6 +20,10 @@ void blas_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t 
 // The BLIS kernels qkv asked for on this CPU ("skx", "haswell"), or empty where BLIS's own
 // choice stands (it knows the CPU, or BLIS_ARCH_TYPE was set already).
 const std::string& blas_kernels_chosen();
+// Whether a CPU brand string names no model ("Intel(R) Xeon(R) Processor", as KVM and other
+// hypervisors report their guests' CPUs): no digit before a frequency's "@". BLIS reads an Intel
+// CPU's FMA units from the model, so it cannot tell them here.
+bool brand_names_no_model(const std::string& brand);
 // The kernels BLIS runs ("skx", "haswell", ...) and who chose them: qkv (BLIS would not know
 // this CPU), the BLIS_ARCH_TYPE the user set, or BLIS itself.
 std::string blas_kernels_in_use();

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
 
 namespace qkv::kernels::cpu {
 namespace {
@@ -45,6 +48,20 @@ CpuFeatures detect() {
   const Registers leaf1 = cpuid(1, 0);
   const Registers vendor = cpuid(0, 0);
   f.amd = vendor.ebx == 0x68747541 && vendor.edx == 0x69746e65 && vendor.ecx == 0x444d4163;
+  f.intel = vendor.ebx == 0x756e6547 && vendor.edx == 0x49656e69 && vendor.ecx == 0x6c65746e;
+  if (cpuid(0x80000000, 0).eax >= 0x80000004) {
+    char brand[49] = {};
+    for (unsigned i = 0; i < 3; ++i) {
+      const Registers r = cpuid(0x80000002 + i, 0);
+      for (const auto& [at, value] :
+           {std::pair{0u, r.eax}, {4u, r.ebx}, {8u, r.ecx}, {12u, r.edx}}) {
+        std::memcpy(brand + 16 * i + at, &value, 4);
+      }
+    }
+    f.brand = brand;
+    const std::size_t first = f.brand.find_first_not_of(' ');
+    f.brand = first == std::string::npos ? "" : f.brand.substr(first);
+  }
   const unsigned base_family = (leaf1.eax >> 8) & 0xf;
   f.family = base_family == 0xf ? base_family + ((leaf1.eax >> 20) & 0xff) : base_family;
   if (!bit(leaf1.ecx, 27)) return f;  // no OSXSAVE: no AVX state, nothing below is usable

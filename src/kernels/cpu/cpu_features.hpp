@@ -19,8 +19,10 @@ struct CpuFeatures {
   bool amx_usable = false;
   // The vendor and the family CPUID reports (base plus extended family, as /proc/cpuinfo's "cpu
   // family": 25 for AMD Zen 3 and 4, 26 for Zen 5).
-  bool amd = false;
+  bool amd = false, intel = false;
   unsigned family = 0;
+  // The processor's brand string (CPUID 0x80000002-4, as /proc/cpuinfo's "model name"), or "".
+  std::string brand;
   // The names (as /proc/cpuinfo spells them) of the features above that are usable.
   std::vector<std::string> names() const;
 };

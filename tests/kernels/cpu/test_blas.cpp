@@ -20,9 +20,11 @@ namespace {
 TEST(Blas, KernelsAskedForFollowTheCpu) {
   const kernels::cpu::CpuFeatures& f = kernels::cpu::cpu_features();
   const std::string& chosen = kernels::cpu::blas_kernels_chosen();
-  std::cout << "[ blas ] family " << f.family << (f.amd ? " (AMD)" : "") << ": " << blas_kernels()
-            << "\n";
-  if (!f.amd || f.family <= 25) {
+  std::cout << "[ blas ] \"" << f.brand << "\", family " << f.family << (f.amd ? " (AMD)" : "")
+            << ": " << blas_kernels() << "\n";
+  const bool unknown =
+      (f.amd && f.family > 25) || (f.intel && kernels::cpu::brand_names_no_model(f.brand));
+  if (!unknown) {
     EXPECT_EQ(chosen, "");
   }
   if (chosen.empty()) return;
@@ -31,6 +33,53 @@ TEST(Blas, KernelsAskedForFollowTheCpu) {
   const char* set = std::getenv("BLIS_ARCH_TYPE");
   ASSERT_NE(set, nullptr);
   EXPECT_EQ(std::string(set), skx ? "0" : "3");  // BLIS 0.9's ids of skx and haswell
+}
+
+TEST(Blas, BrandsThatNameNoModelAreTold) {
+  EXPECT_TRUE(kernels::cpu::brand_names_no_model("Intel(R) Xeon(R) Processor"));
+  EXPECT_TRUE(kernels::cpu::brand_names_no_model("Intel(R) Xeon(R) Processor @ 2.10GHz"));
+  EXPECT_FALSE(kernels::cpu::brand_names_no_model("Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz"));
+  EXPECT_FALSE(kernels::cpu::brand_names_no_model("Intel(R) Xeon(R) Platinum 8480+"));
+  EXPECT_FALSE(kernels::cpu::brand_names_no_model(""));
+}
+
+// Products big enough to be cut among threads give bitwise the same C on 1, 2, 3 and 5 threads,
+// whichever way this CPU's kernels cut them (pieces per thread where BLIS's kernels are
+// split-invariant, column splits or shape-fixed row pieces elsewhere).
+TEST(Blas, ProductsDoNotDependOnTheThreadCount) {
+  Generator g(7);
+  const int saved = num_threads();
+  struct Shape3 {
+    std::int64_t M, N, K;
+  };
+  for (const Shape3 s : {Shape3{64, 384, 128},
+                         {64, 134, 128},
+                         {448, 128, 512},
+                         {512, 128, 480},
+                         {130, 517, 61},
+                         {700, 33, 300}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        std::vector<float> a(s.M * s.K), b(s.K * s.N);
+        for (float& x : a) x = static_cast<float>(g.next_normal());
+        for (float& x : b) x = static_cast<float>(g.next_normal());
+        std::vector<float> first;
+        for (const int threads : {1, 2, 3, 5}) {
+          set_num_threads(threads);
+          std::vector<float> c(s.M * s.N);
+          kernels::cpu::blas_gemm(ta, tb, s.M, s.N, s.K, a.data(), ta ? s.M : s.K, b.data(),
+                                  tb ? s.K : s.N, false, c.data(), s.N);
+          if (first.empty()) {
+            first = c;
+          } else {
+            EXPECT_EQ(c, first) << s.M << "x" << s.N << "x" << s.K << " ta " << ta << " tb " << tb
+                                << ", " << threads << " threads";
+          }
+        }
+      }
+    }
+  }
+  set_num_threads(saved);
 }
 
 TEST(Blas, ProductsEqualTheProductWrittenOut) {
