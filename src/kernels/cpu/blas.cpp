@@ -26,10 +26,9 @@ namespace {
 // (avx2 avx512_bf16 avx512f), one thread, 2026-11-25: a 1024^3 sgemm 42.5 GFLOP/s generic, 229
 // with its Skylake-X kernels (BLIS_ARCH_TYPE set by hand); 4096 x 65 x 64, a linear attention
 // product, 32 and 139. So on an AMD family past 25, and on an Intel CPU whose brand names no
-// model (below), before BLIS's first call (a static
-// initializer, while the process is still starting), BLIS_ARCH_TYPE asks for the Skylake-X
-// kernels where AVX-512 F, CD, DQ, BW and VL are usable, else Haswell's where AVX2 and FMA are;
-// a BLIS_ARCH_TYPE the user set is left alone.
+// model (below), before BLIS's first call (a static initializer, while the process is still
+// starting), BLIS_ARCH_TYPE asks for the Skylake-X kernels where AVX-512 F, CD, DQ, BW and VL
+// are usable, else Haswell's where AVX2 and FMA are; a BLIS_ARCH_TYPE the user set is left alone.
 // Intel CPUs with AVX-512 get the Skylake-X kernels only where BLIS reads two FMA units from the
 // model in the brand string; a brand that names no model (a KVM guest's "Intel(R) Xeon(R)
 // Processor") gets Haswell's, half the vector width. Measured on such a guest (amx_bf16
