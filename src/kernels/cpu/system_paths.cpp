@@ -19,8 +19,6 @@ std::vector<std::string> matrix_paths() {
   return paths;
 }
 
-std::string blas_kernels() {
-  return kernels::cpu::blas_kernels_in_use();
-}
+std::string blas_kernels() { return kernels::cpu::blas_kernels_in_use(); }
 
 }  // namespace qkv
