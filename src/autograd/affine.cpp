@@ -23,22 +23,21 @@ Var linear(const Var& x, const Var& weight, const Var& bias) {
     const Var y = matmul(x, transpose(weight, 0, 1));
     return bias.defined() ? y + bias : y;
   }
+  const ops::LinearOperands o = ops::linear_operands(x.value(), weight.value());
+  const std::int64_t N = o.N, K = o.K, R = o.R, ldw = o.ldw;
+  const Tensor xv = o.x, wv = o.w;
+  const bool has_bias = bias.defined();
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
   // y = x W^T + b
-  Tensor out = ops::linear(x.value(), weight.value(), bias.defined() ? bias.value() : Tensor());
-  const std::int64_t N = weight.size(0), K = weight.size(1);
-  const Tensor xv = x.value().contiguous();
-  const Tensor wv =
-      ops::weight_row_stride(weight.value()) != 0 ? weight.value() : weight.value().contiguous();
-  const std::int64_t ldw = ops::weight_row_stride(wv);
-  const std::int64_t R = xv.numel() / K;
-  const Tensor bv = bias.defined() ? bias.value() : Tensor();
+  Tensor out = ops::linear_planned(o, has_bias ? bias.value() : Tensor(), out_shape);
   std::vector<Var> inputs = {x, weight};
   if (bias.defined()) inputs.push_back(bias);
   const Shape x_shape = x.shape();
   return detail::record(std::move(out), inputs, [=](const Tensor& dy) {
     const Tensor g = dy.contiguous();  // [R, N]
     Tensor dx = Tensor::empty(x_shape, dtype), dw = Tensor::empty({N, K}, dtype);
-    Tensor db = bv.defined() ? Tensor::empty({N}, dtype) : Tensor();
+    Tensor db = has_bias ? Tensor::empty({N}, dtype) : Tensor();
     ops::dispatch(dtype, [&](auto zero) {
       using T = decltype(zero);
       const T* gp = g.data_as<T>();

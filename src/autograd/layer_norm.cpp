@@ -25,10 +25,10 @@ Var layer_norm(const Var& x, const Shape& normalized_shape, const Var& weight, c
                                                      bias.defined() ? bias.value() : Tensor(), eps);
   const Shape xs = x.shape();
   const DType dtype = x.dtype();
+  const Tensor xhat = saved.xhat, rstd = saved.rstd;
+  const std::int64_t rows = rstd.numel();
   std::int64_t n = 1;
   for (const std::int64_t s : normalized_shape) n *= s;
-  const std::int64_t rows = n == 0 ? 0 : x.numel() / n;
-  const Tensor xhat = saved.xhat, rstd = saved.rstd;
   const Tensor wv = weight.defined() ? weight.value().contiguous() : Tensor();
   const bool need_w = weight.defined(), need_b = bias.defined();
   return detail::record(std::move(saved.out), {&x, &weight, &bias}, [=](const Tensor& dout) {

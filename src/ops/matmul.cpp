@@ -105,30 +105,28 @@ void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
 }
 
-std::int64_t weight_row_stride(const Tensor& w) {
-  if (w.stride(1) != 1 && w.size(1) > 1) return 0;
-  return w.size(0) > 1 ? w.stride(0) : w.size(1);
+LinearOperands linear_operands(const Tensor& x, const Tensor& weight) {
+  // W's row stride where each row lies contiguous, else 0
+  const auto row_stride = [](const Tensor& w) -> std::int64_t {
+    if (w.stride(1) != 1 && w.size(1) > 1) return 0;
+    return w.size(0) > 1 ? w.stride(0) : w.size(1);
+  };
+  LinearOperands o;
+  o.N = weight.size(0);
+  o.K = weight.size(1);
+  o.x = x.contiguous();
+  o.w = row_stride(weight) != 0 ? weight : weight.contiguous();
+  o.ldw = row_stride(o.w);
+  o.R = 1;
+  for (std::int64_t d = 0; d + 1 < x.dim(); ++d) o.R *= x.size(d);
+  return o;
 }
 
-// x [..., K], weight [N, K], bias [N] (or undefined) -> [..., N]
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  check_linear(x, weight, bias);
-  const DType dtype = x.dtype();
-  if (is_half(dtype)) {
-    // y = matmul(x, W^T) + b, each rounded once
-    const Tensor y = matmul(x, weight.transpose(0, 1));
-    return bias.defined() ? add(y, bias) : y;
-  }
-  const std::int64_t N = weight.size(0), K = weight.size(1);
-  const Tensor xv = x.contiguous();
-  const Tensor wv = weight_row_stride(weight) != 0 ? weight : weight.contiguous();
-  const std::int64_t ldw = weight_row_stride(wv);
-  const std::int64_t R = xv.numel() / K;
-  Shape out_shape = x.shape();
-  out_shape.back() = N;
-  Tensor out = Tensor::empty(out_shape, dtype);
+Tensor linear_planned(const LinearOperands& o, const Tensor& bias, const Shape& out_shape) {
+  const std::int64_t R = o.R, N = o.N;
+  Tensor out = Tensor::empty(out_shape, o.x.dtype());
   const Tensor bv = bias.defined() ? bias.contiguous() : Tensor();
-  dispatch(dtype, [&](auto zero) {
+  dispatch(o.x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     T* y = out.data_as<T>();
     if (bv.defined()) {
@@ -138,10 +136,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
       });
     }
     // y = x W^T (+ the bias already there)
-    kernels::cpu::blas_gemm(false, true, R, N, K, xv.data_as<T>(), K, wv.data_as<T>(), ldw,
+    kernels::cpu::blas_gemm(false, true, R, N, o.K, o.x.data_as<T>(), o.K, o.w.data_as<T>(), o.ldw,
                             bv.defined(), y, N);
   });
   return out;
+}
+
+// x [..., K], weight [N, K], bias [N] (or undefined) -> [..., N]
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check_linear(x, weight, bias);
+  if (is_half(x.dtype())) {
+    // y = matmul(x, W^T) + b, each rounded once
+    const Tensor y = matmul(x, weight.transpose(0, 1));
+    return bias.defined() ? add(y, bias) : y;
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = weight.size(0);
+  return linear_planned(linear_operands(x, weight), bias, out_shape);
 }
 
 }  // namespace qkv::ops

@@ -50,8 +50,16 @@ void batched_gemm(bool ta, bool tb, std::int64_t P, std::int64_t M, std::int64_t
 // Checks x [..., K], weight [N, K] and bias [N] (or undefined) for linear: one floating dtype.
 void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
-// W's rows read in place where each lies contiguous (a whole weight, or a slice of rows of a
-// packed one): its row stride, or 0 where it must be copied.
-std::int64_t weight_row_stride(const Tensor& weight);
+// x [..., K] and weight [N, K] (checked) laid out for the BLAS: x contiguous as [R, K]; W read
+// in place where its rows lie contiguous (a whole weight, or a slice of rows of a packed one),
+// with row stride ldw, else copied.
+struct LinearOperands {
+  Tensor x, w;
+  std::int64_t R = 0, N = 0, K = 0, ldw = 0;
+};
+LinearOperands linear_operands(const Tensor& x, const Tensor& weight);
+
+// f32 or f64 operands, bias [N] or undefined -> x W^T + b [R, N] in out_shape.
+Tensor linear_planned(const LinearOperands& o, const Tensor& bias, const Shape& out_shape);
 
 }  // namespace qkv::ops
