@@ -1,7 +1,8 @@
 #pragma once
 
-// Matrix products through BLIS (Debian's libblis), for the autodiff engine and the linear
-// attention kernel, with BLIS's kernels chosen for this CPU where BLIS itself would not.
+// Matrix products for the autodiff engine and the linear attention kernel: qkv's own register
+// tiles (tiled_gemm.hpp) up to 2^30 multiply-adds, BLIS (Debian's libblis) beyond, with BLIS's
+// kernels chosen for this CPU where BLIS itself would not.
 
 #include <cstdint>
 #include <string>
