@@ -5,7 +5,6 @@
 #include <string>
 
 #include "kernels/cpu/blas.hpp"
-#include "ops/parallel.hpp"
 #include "qkv/ops.hpp"
 
 namespace qkv::ops {
@@ -128,16 +127,9 @@ Tensor linear_planned(const LinearOperands& o, const Tensor& bias, const Shape& 
   const Tensor bv = bias.defined() ? bias.contiguous() : Tensor();
   dispatch(o.x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    T* y = out.data_as<T>();
-    if (bv.defined()) {
-      const T* b = bv.data_as<T>();
-      for_chunks(R, rows_per_chunk(N), [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t r = begin; r < end; ++r) std::copy(b, b + N, y + r * N);
-      });
-    }
-    // y = x W^T (+ the bias already there)
-    kernels::cpu::blas_gemm(false, true, R, N, o.K, o.x.data_as<T>(), o.K, o.w.data_as<T>(), o.ldw,
-                            bv.defined(), y, N);
+    // y = b + x W^T
+    kernels::cpu::blas_linear(R, N, o.K, o.x.data_as<T>(), o.K, o.w.data_as<T>(), o.ldw,
+                              bv.defined() ? bv.data_as<T>() : nullptr, out.data_as<T>(), N);
   });
   return out;
 }

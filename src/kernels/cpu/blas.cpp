@@ -170,8 +170,7 @@ void gemm_of(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N,
     return;
   }
   if (M * N * K <= kTiledMaxMacs) {
-    const int wanted = M * N * K < kThreadedMacs ? 1 : num_threads();
-    const detail::ThreadShare share(wanted);
+    const detail::ThreadShare share(M * N * K < kThreadedMacs ? 1 : num_threads());
     tiled_gemm(transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc,
                share.threads());
     return;
@@ -217,7 +216,34 @@ void gemm_of(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N,
   }
 }
 
+// blas_linear for T = float or double: the bias in the tiles' accumulators where the product
+// runs tiled_gemm, else copied into C's rows before an accumulating product.
+template <class T>
+void linear_of(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64_t lda,
+               const T* W, std::int64_t ldw, const T* bias, T* C, std::int64_t ldc) {
+  if (M * N * K <= kTiledMaxMacs) {
+    const detail::ThreadShare share(M * N * K < kThreadedMacs ? 1 : num_threads());
+    tiled_gemm(false, true, M, N, K, A, lda, W, ldw, false, C, ldc, share.threads(), bias);
+    return;
+  }
+  if (bias != nullptr) {
+    for (std::int64_t m = 0; m < M; ++m) std::copy_n(bias, N, C + m * ldc);
+  }
+  gemm_of(false, true, M, N, K, A, lda, W, ldw, bias != nullptr, C, ldc);
+}
+
 }  // namespace
+
+void blas_linear(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t lda,
+                 const float* W, std::int64_t ldw, const float* bias, float* C, std::int64_t ldc) {
+  linear_of(M, N, K, A, lda, W, ldw, bias, C, ldc);
+}
+
+void blas_linear(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t lda,
+                 const double* W, std::int64_t ldw, const double* bias, double* C,
+                 std::int64_t ldc) {
+  linear_of(M, N, K, A, lda, W, ldw, bias, C, ldc);
+}
 
 void blas_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
                const float* A, std::int64_t lda, const float* B, std::int64_t ldb, bool accumulate,

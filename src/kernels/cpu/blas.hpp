@@ -18,6 +18,15 @@ void blas_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t 
                const double* A, std::int64_t lda, const double* B, std::int64_t ldb,
                bool accumulate, double* C, std::int64_t ldc);
 
+// A linear layer's forward: row-major C [M, N] = bias + A [M, K] W^T, W stored [N, K] with row
+// stride ldw, bias [N] added to every row (none when null). The bits of copying the bias into C
+// and calling blas_gemm(false, true, ..., accumulate = true).
+void blas_linear(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t lda,
+                 const float* W, std::int64_t ldw, const float* bias, float* C, std::int64_t ldc);
+void blas_linear(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t lda,
+                 const double* W, std::int64_t ldw, const double* bias, double* C,
+                 std::int64_t ldc);
+
 // The BLIS kernels qkv asked for on this CPU ("skx", "haswell"), or empty where BLIS's own
 // choice stands (it knows the CPU, or BLIS_ARCH_TYPE was set already).
 const std::string& blas_kernels_chosen();

@@ -212,9 +212,14 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
   // From the block cache (large_buffer.hpp): from hwy::AllocateAligned, buffers of a few hundred
   // KiB were mapped and unmapped by glibc each call, fresh pages faulted in every time (a
   // training step's attention, B 32, Tq = Tk = 15, 4 heads of 32: ~100 page faults a call).
-  const auto part_m = allocate_large<T>(static_cast<size_t>(rows * splits));
-  const auto part_l = allocate_large<T>(static_cast<size_t>(rows * splits));
-  const auto part_acc = allocate_large<T>(static_cast<size_t>(rows * splits * d.Dv));
+  // One split (Tk <= kDecodeSplit) has nothing to merge: each item finalizes its rows into out,
+  // with the bits the merge would give (one part: weight exp(0) = 1), and no second parallel
+  // region.
+  const bool one_split = splits == 1;
+  const auto part_m = allocate_large<T>(static_cast<size_t>(one_split ? 1 : rows * splits));
+  const auto part_l = allocate_large<T>(static_cast<size_t>(one_split ? 1 : rows * splits));
+  const auto part_acc =
+      allocate_large<T>(static_cast<size_t>(one_split ? 1 : rows * splits * d.Dv));
   const auto q_scaled = allocate_large<T>(static_cast<size_t>(rows * d.D));  // scale * Q
   for (std::int64_t bi = 0; bi < d.B * d.Tq; ++bi) {  // the heads of row i of batch b
     scale_rows(p.q.at(bi / d.Tq, bi % d.Tq, 0), p.q.head, d.Hq, d.D, p.scale,
@@ -298,6 +303,11 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
       }
       for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
         for (std::int64_t i = 0; i < d.Tq; ++i) {
+          if (one_split) {
+            state.finalize(h * d.Tq + i, d.Dv, live_rows(p, b, i, 1) == 0, p.out.at(b, i, h),
+                           p.lse(b, h, i));
+            continue;
+          }
           const std::int64_t at = ((b * d.Hq + h) * d.Tq + i) * splits + split;
           part_m[at] = state.m[h * d.Tq + i];
           part_l[at] = state.l[h * d.Tq + i];
@@ -306,7 +316,8 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
       }
     }
   }
-  // Each row's partial states merged, in split order, into its out row, then finalized in place.
+  if (one_split) return;
+    // Each row's partial states merged, in split order, into its out row, then finalized in place.
 #pragma omp parallel for schedule(static)
   for (std::int64_t row = 0; row < rows; ++row) {
     const std::int64_t i = row % d.Tq;

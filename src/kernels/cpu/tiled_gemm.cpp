@@ -47,16 +47,19 @@ HWY_INLINE T a_at(const T* HWY_RESTRICT A, std::int64_t lda, std::int64_t m, std
   return kATransposed ? A[k * lda + m] : A[m * lda + k];
 }
 
-// C [R, 2 vectors] = (from C ? C : 0) + A [R, K] B [K, 2 vectors], B rows ldb apart.
+// C [R, 2 vectors] = (from_c ? C : bias ? bias in every row : 0) + A [R, K] B [K, 2 vectors], B
+// rows ldb apart.
 template <std::int64_t R, bool kATransposed, class D, class T>
 HWY_INLINE void tile(D d, std::int64_t K, const T* HWY_RESTRICT A, std::int64_t lda,
-                     const T* HWY_RESTRICT B, std::int64_t ldb, bool from_c, T* HWY_RESTRICT C,
-                     std::int64_t ldc) {
+                     const T* HWY_RESTRICT B, std::int64_t ldb, bool from_c,
+                     const T* HWY_RESTRICT bias, T* HWY_RESTRICT C, std::int64_t ldc) {
   const auto L = static_cast<std::int64_t>(hn::Lanes(d));
   hn::Vec<D> acc[R][kStripVectors];
   for (std::int64_t r = 0; r < R; ++r) {
     for (std::int64_t v = 0; v < kStripVectors; ++v) {
-      acc[r][v] = from_c ? hn::LoadU(d, C + r * ldc + v * L) : hn::Zero(d);
+      acc[r][v] = from_c ? hn::LoadU(d, C + r * ldc + v * L)
+                  : bias ? hn::LoadU(d, bias + v * L)
+                         : hn::Zero(d);
     }
   }
   for (std::int64_t k = 0; k < K; ++k) {
@@ -75,27 +78,27 @@ HWY_INLINE void tile(D d, std::int64_t K, const T* HWY_RESTRICT A, std::int64_t 
 // Rows [0, M) of one strip: tiles of kTileRows, then 8, 4, 2 and 1 rows for the tail.
 template <bool kATransposed, class D, class T>
 void strip_rows(D d, std::int64_t M, std::int64_t K, const T* A, std::int64_t lda, const T* B,
-                std::int64_t ldb, bool from_c, T* C, std::int64_t ldc) {
+                std::int64_t ldb, bool from_c, const T* bias, T* C, std::int64_t ldc) {
   const auto rows_at = [&](std::int64_t m) { return kATransposed ? A + m : A + m * lda; };
   std::int64_t m = 0;
   for (; m + kTileRows <= M; m += kTileRows) {
-    tile<kTileRows, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, C + m * ldc, ldc);
+    tile<kTileRows, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, bias, C + m * ldc, ldc);
   }
   if constexpr (kTileRows > 8) {
     if (m + 8 <= M) {
-      tile<8, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, C + m * ldc, ldc);
+      tile<8, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, bias, C + m * ldc, ldc);
       m += 8;
     }
   }
   if (m + 4 <= M) {
-    tile<4, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, C + m * ldc, ldc);
+    tile<4, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, bias, C + m * ldc, ldc);
     m += 4;
   }
   if (m + 2 <= M) {
-    tile<2, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, C + m * ldc, ldc);
+    tile<2, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, bias, C + m * ldc, ldc);
     m += 2;
   }
-  if (m < M) tile<1, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, C + m * ldc, ldc);
+  if (m < M) tile<1, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, bias, C + m * ldc, ldc);
 }
 
 // Strip [n0, n0 + cols) of op(B) (cols <= width) packed as [K, width], zeros past cols. From a
@@ -144,14 +147,18 @@ void item(D d, const Product<T>& p, std::int64_t m0, std::int64_t rows, std::int
     for (std::int64_t r = 0; r < rows; ++r) {
       T* row = c_tile + r * width;
       std::fill(row, row + width, T(0));
-      if (p.accumulate) std::copy_n(p.C + (m0 + r) * p.ldc + n0, cols, row);
+      if (p.accumulate) {
+        std::copy_n(p.C + (m0 + r) * p.ldc + n0, cols, row);
+      } else if (p.bias != nullptr) {
+        std::copy_n(p.bias + n0, cols, row);
+      }
     }
   }
   for (std::int64_t k0 = 0; k0 < p.K; k0 += kBlockDepth) {
     const T* a = kATransposed ? p.A + k0 * p.lda + m0 : p.A + m0 * p.lda + k0;
     const bool from_c = k0 > 0 || p.accumulate || !whole;
     strip_rows<kATransposed>(d, rows, std::min(kBlockDepth, p.K - k0), a, p.lda, b + k0 * ldb, ldb,
-                             from_c, c, ldc);
+                             from_c, p.bias == nullptr ? nullptr : p.bias + n0, c, ldc);
   }
   if (!whole) {
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -227,13 +234,19 @@ namespace qkv::kernels::cpu {
 
 namespace {
 
-// K = 0: C = 0, or C as it is.
+// K = 0: C = 0 (or the bias in every row), or C as it is.
 template <class T>
-bool empty_depth(std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate, T* C,
-                 std::int64_t ldc) {
+bool empty_depth(std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate, const T* bias,
+                 T* C, std::int64_t ldc) {
   if (K != 0) return false;
   if (!accumulate) {
-    for (std::int64_t m = 0; m < M; ++m) std::fill_n(C + m * ldc, N, T(0));
+    for (std::int64_t m = 0; m < M; ++m) {
+      if (bias != nullptr) {
+        std::copy_n(bias, N, C + m * ldc);
+      } else {
+        std::fill_n(C + m * ldc, N, T(0));
+      }
+    }
   }
   return true;
 }
@@ -245,19 +258,22 @@ HWY_EXPORT(TiledGemmF64);
 
 void tiled_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
                 const float* A, std::int64_t lda, const float* B, std::int64_t ldb, bool accumulate,
-                float* C, std::int64_t ldc, int threads) {
-  if (M == 0 || N == 0 || empty_depth(M, N, K, accumulate, C, ldc)) return;
+                float* C, std::int64_t ldc, int threads, const float* bias) {
+  if (accumulate) bias = nullptr;
+  if (M == 0 || N == 0 || empty_depth(M, N, K, accumulate, bias, C, ldc)) return;
   HWY_DYNAMIC_DISPATCH(TiledGemmF32)
-  (TiledProduct<float>{transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc},
+  (TiledProduct<float>{transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias},
    threads);
 }
 
 void tiled_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
                 const double* A, std::int64_t lda, const double* B, std::int64_t ldb,
-                bool accumulate, double* C, std::int64_t ldc, int threads) {
-  if (M == 0 || N == 0 || empty_depth(M, N, K, accumulate, C, ldc)) return;
+                bool accumulate, double* C, std::int64_t ldc, int threads, const double* bias) {
+  if (accumulate) bias = nullptr;
+  if (M == 0 || N == 0 || empty_depth(M, N, K, accumulate, bias, C, ldc)) return;
   HWY_DYNAMIC_DISPATCH(TiledGemmF64)
-  (TiledProduct<double>{transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc},
+  (TiledProduct<double>{transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc,
+                        bias},
    threads);
 }
 
