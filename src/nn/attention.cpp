@@ -257,6 +257,28 @@ std::pair<Var, Var> MultiheadAttention::project_key_value(const Var& key, const 
   return {k, v};
 }
 
+// x [B, T, E] -> q [B, T, Hq, D], k, v [B, T, Hk, D]
+std::tuple<Var, Var, Var> MultiheadAttention::project_self(const Var& x,
+                                                           std::int64_t position_start) const {
+  if (!packed_) {
+    auto [k, v] = project_key_value(x, x, position_start);
+    return {project_query(x, position_start), k, v};
+  }
+  const std::int64_t E = config_.embed_dim, KD = config_.num_kv_heads * head_dim_;
+  check_input("x", x, -1, E);
+  // Each output column is the same dot product of x's row with a row of in_proj_weight as in
+  // the three products, from the same bias.
+  const Var all = ag::linear(x, in_proj_weight_, in_proj_bias_);  // [B, T, E + 2 KD]
+  Var q = ag::split_heads(ag::slice(all, 2, 0, E), config_.num_heads);
+  Var k = ag::split_heads(ag::slice(all, 2, E, E + KD), config_.num_kv_heads);
+  Var v = ag::split_heads(ag::slice(all, 2, E + KD, E + 2 * KD), config_.num_kv_heads);
+  if (config_.position == PositionEncoding::rope) {
+    q = rope(q, config_.rope_base, position_start);
+    k = rope(k, config_.rope_base, position_start);
+  }
+  return {q, k, v};
+}
+
 // q [B, Tq, Hq, D], k and v [B, Tk, Hk, D] -> out [B, Tq, E]
 AttentionResult MultiheadAttention::attend(const Var& q, const Var& k, const Var& v,
                                            const AttentionCall& call) {

@@ -144,8 +144,7 @@ Var TransformerDecoderLayer::step(const Var& x, DecoderLayerCache& cache, std::i
   AttentionCall mc = memory_call;
   mc.need_weights = cross_weights != nullptr;
   const auto sa = [&](const Var& h) {
-    const Var q = self_attn_.project_query(h, position);
-    const auto [k, v] = self_attn_.project_key_value(h, h, position);
+    const auto [q, k, v] = self_attn_.project_self(h, position);
     Tensor k_slot = cache.self_k.slice(1, position, position + 1);
     Tensor v_slot = cache.self_v.slice(1, position, position + 1);
     k_slot.copy_from(k.value());

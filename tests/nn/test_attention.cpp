@@ -246,6 +246,30 @@ TEST(MultiheadAttention, GroupedQueryAndCrossAttentionWithKdimVdim) {
                           [&] { return m.forward(Var(q), Var(k), Var(v), call).out; });
 }
 
+// project_self's one product over the packed weights gives the three projections' bits, in f32
+// and f64, with GQA and RoPE; the separate weights (kdim, vdim) take the three products.
+TEST(MultiheadAttention, SelfProjectionEqualsTheThreeProjections) {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    for (const bool rope : {false, true}) {
+      Generator gen(6);
+      nn::MultiheadAttentionConfig c = config(8, 4);
+      c.num_kv_heads = 2;
+      c.dtype = dtype;
+      if (rope) c.position = nn::PositionEncoding::rope;
+      nn::MultiheadAttention m(c, gen);
+      randomize(m, 31);
+      const Var x(random({3, 5, 8}, 10).to(dtype));
+      const auto [q, k, v] = m.project_self(x, 2);
+      const auto [k2, v2] = m.project_key_value(x, x, 2);
+      EXPECT_EQ(q.value().to_vector(), m.project_query(x, 2).value().to_vector());
+      EXPECT_EQ(k.value().to_vector(), k2.value().to_vector());
+      EXPECT_EQ(v.value().to_vector(), v2.value().to_vector());
+      EXPECT_EQ(q.shape(), (Shape{3, 5, 4, 2}));
+      EXPECT_EQ(k.shape(), (Shape{3, 5, 2, 2}));
+    }
+  }
+}
+
 TEST(MultiheadAttention, CausalOutputIgnoresLaterInputsAndPaddedKeysNeverMatter) {
   Generator gen(5);
   nn::MultiheadAttention m(config(8, 2), gen);

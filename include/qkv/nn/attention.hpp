@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -97,6 +98,11 @@ class MultiheadAttention : public Module {
   // key [B, Tk, kdim], value [B, Tk, vdim] -> k, v [B, Tk, Hk, D]
   std::pair<Var, Var> project_key_value(const Var& key, const Var& value,
                                         std::int64_t position_start = 0) const;
+  // Self-attention's three projections of one input: x [B, T, E] -> q [B, T, Hq, D], k, v
+  // [B, T, Hk, D], as project_query(x) and project_key_value(x, x) give them; with packed
+  // weights, one product over the whole in_proj_weight (views of its output), with the bits of
+  // the three.
+  std::tuple<Var, Var, Var> project_self(const Var& x, std::int64_t position_start = 0) const;
   // q [B, Tq, Hq, D], k and v [B, Tk, Hk, D] (any strides) -> out [B, Tq, E]
   AttentionResult attend(const Var& q, const Var& k, const Var& v, const AttentionCall& call = {});
   const MultiheadAttentionConfig& config() const noexcept { return config_; }
