@@ -28,7 +28,10 @@ using Product = TiledProduct<T>;
 // against 6 and 12 rows on an Intel Xeon (AVX-512, AMX; 2026-11-28, one thread, GFLOP/s of
 // [420, 128] x [128, N] products, B in place): N = 384 142 / 171 / 177 (BLIS's Skylake-X kernels
 // 178), N = 128 147 / 178 / 183 (158), K = 512 N = 128 177 / 185 / 186 (154); with A transposed,
-// [336, 448] x [448, 128] 127 / 165 / 176 (157).
+// [336, 448] x [448, 128] 127 / 165 / 176 (157). The AVX2 target's 6 x 2 on the same core (one
+// thread, GFLOP/s, against BLIS's Haswell kernels): [448, 128] x [128, 384] with B transposed 120
+// (86), [448, 512] x [512, 128] 114 (118), [384, 448] x [448, 128] with A transposed 82 (102),
+// [64, 128] x [128, 384] with B transposed 108 (89).
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr std::int64_t kTileRows = 14;
 #else
