@@ -19,6 +19,7 @@
 #include "qkv/models/metrics.hpp"
 #include "qkv/models/train.hpp"
 #include "qkv/philox.hpp"
+#include "qkv/system.hpp"
 
 namespace qkv::models {
 namespace {
@@ -260,6 +261,45 @@ TEST(Translator, RejectsBadArguments) {
   EXPECT_THROW(model.step(cache, {4}), Error);  // the cache is full
   EXPECT_THROW(cache.select({1}), Error);
   EXPECT_THROW(make_batch({{}}), Error);
+}
+
+// A decoding step's rows go through the decoder in groups, one per thread: the logits and the
+// cross-attention weights are bitwise those of the whole batch on one thread, for 1 to 4 threads
+// and a row count no group count divides.
+TEST(Translator, StepLogitsDoNotDependOnTheThreadCount) {
+  TranslatorConfig c = small_config();
+  Translator model(c);
+  model.eval();
+  const int saved = num_threads();
+  std::vector<std::vector<std::int64_t>> sources;
+  for (int b = 0; b < 37; ++b) {
+    std::vector<std::int64_t> s;
+    for (int t = 0; t < 3 + b % 9; ++t) s.push_back(4 + (b * 5 + t * 3) % kSymbols);
+    sources.push_back(s);
+  }
+  const Batch batch = make_batch(sources);
+  std::vector<std::vector<double>> first_logits, first_weights;
+  for (const int threads : {1, 2, 3, 4}) {
+    set_num_threads(threads);
+    autograd::NoGrad no_grad;
+    DecoderCache cache = model.start_decoding(model.encode(batch), batch.lengths, 6);
+    std::vector<std::int64_t> tokens(sources.size(), Vocabulary::kBos);
+    for (int step = 0; step < 6; ++step) {
+      Tensor weights;
+      const Tensor logits = model.step(cache, tokens, &weights);
+      ASSERT_EQ(logits.shape(), (Shape{37, c.target_vocab}));
+      ASSERT_EQ(weights.shape(), (Shape{37, c.heads, batch.length}));
+      if (threads == 1) {
+        first_logits.push_back(logits.to_vector());
+        first_weights.push_back(weights.to_vector());
+      } else {
+        EXPECT_EQ(logits.to_vector(), first_logits[step]) << threads << " threads, step " << step;
+        EXPECT_EQ(weights.to_vector(), first_weights[step]) << threads << " threads, step " << step;
+      }
+      for (std::size_t b = 0; b < tokens.size(); ++b) tokens[b] = 4 + (b + step) % kSymbols;
+    }
+  }
+  set_num_threads(saved);
 }
 
 }  // namespace

@@ -76,6 +76,10 @@ class Translator : public Seq2Seq {
               Tensor* cross_weights = nullptr) override;
 
  private:
+  // One step of the rows in `cache` (the whole cache, or views of some of its rows), the token at
+  // `position`: tokens [n] -> logits [n, V], with cross_weights [n, H, S].
+  Tensor step_rows(DecoderCache& cache, const std::vector<std::int64_t>& tokens,
+                   std::int64_t position, Tensor* cross_weights);
   // ids [B, T] from position start -> embeddings plus positions [B, T, E]
   Var embed(const nn::Embedding& table, const std::vector<std::int64_t>& ids, std::int64_t batch,
             std::int64_t length, std::int64_t start) const;
