@@ -14,6 +14,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/cpu/large_buffer.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
@@ -50,19 +51,28 @@ HWY_INLINE T a_at(const T* HWY_RESTRICT A, std::int64_t lda, std::int64_t m, std
   return kATransposed ? A[k * lda + m] : A[m * lda + k];
 }
 
-// C [R, 2 vectors] = (from_c ? C : bias ? bias in every row : 0) + A [R, K] B [K, 2 vectors], B
-// rows ldb apart.
+// Where a tile's accumulators start: from C (from_c), else from bias [2 vectors] in every row, else
+// from row_bias [R] (its element r in every lane of row r), else from 0.
+template <class T>
+struct Start {
+  bool from_c = false;
+  const T* bias = nullptr;
+  const T* row_bias = nullptr;
+};
+
+// C [R, 2 vectors] = start + A [R, K] B [K, 2 vectors], B rows ldb apart.
 template <std::int64_t R, bool kATransposed, class D, class T>
 HWY_INLINE void tile(D d, std::int64_t K, const T* HWY_RESTRICT A, std::int64_t lda,
-                     const T* HWY_RESTRICT B, std::int64_t ldb, bool from_c,
-                     const T* HWY_RESTRICT bias, T* HWY_RESTRICT C, std::int64_t ldc) {
+                     const T* HWY_RESTRICT B, std::int64_t ldb, const Start<T>& start,
+                     T* HWY_RESTRICT C, std::int64_t ldc) {
   const auto L = static_cast<std::int64_t>(hn::Lanes(d));
   hn::Vec<D> acc[R][kStripVectors];
   for (std::int64_t r = 0; r < R; ++r) {
     for (std::int64_t v = 0; v < kStripVectors; ++v) {
-      acc[r][v] = from_c ? hn::LoadU(d, C + r * ldc + v * L)
-                  : bias ? hn::LoadU(d, bias + v * L)
-                         : hn::Zero(d);
+      acc[r][v] = start.from_c     ? hn::LoadU(d, C + r * ldc + v * L)
+                  : start.bias     ? hn::LoadU(d, start.bias + v * L)
+                  : start.row_bias ? hn::Set(d, start.row_bias[r])
+                                   : hn::Zero(d);
     }
   }
   for (std::int64_t k = 0; k < K; ++k) {
@@ -81,27 +91,31 @@ HWY_INLINE void tile(D d, std::int64_t K, const T* HWY_RESTRICT A, std::int64_t 
 // Rows [0, M) of one strip: tiles of kTileRows, then 8, 4, 2 and 1 rows for the tail.
 template <bool kATransposed, class D, class T>
 void strip_rows(D d, std::int64_t M, std::int64_t K, const T* A, std::int64_t lda, const T* B,
-                std::int64_t ldb, bool from_c, const T* bias, T* C, std::int64_t ldc) {
+                std::int64_t ldb, const Start<T>& start, T* C, std::int64_t ldc) {
   const auto rows_at = [&](std::int64_t m) { return kATransposed ? A + m : A + m * lda; };
+  // The start of the tile at row m.
+  const auto at = [&](std::int64_t m) {
+    return Start<T>{start.from_c, start.bias, start.row_bias ? start.row_bias + m : nullptr};
+  };
   std::int64_t m = 0;
   for (; m + kTileRows <= M; m += kTileRows) {
-    tile<kTileRows, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, bias, C + m * ldc, ldc);
+    tile<kTileRows, kATransposed>(d, K, rows_at(m), lda, B, ldb, at(m), C + m * ldc, ldc);
   }
   if constexpr (kTileRows > 8) {
     if (m + 8 <= M) {
-      tile<8, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, bias, C + m * ldc, ldc);
+      tile<8, kATransposed>(d, K, rows_at(m), lda, B, ldb, at(m), C + m * ldc, ldc);
       m += 8;
     }
   }
   if (m + 4 <= M) {
-    tile<4, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, bias, C + m * ldc, ldc);
+    tile<4, kATransposed>(d, K, rows_at(m), lda, B, ldb, at(m), C + m * ldc, ldc);
     m += 4;
   }
   if (m + 2 <= M) {
-    tile<2, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, bias, C + m * ldc, ldc);
+    tile<2, kATransposed>(d, K, rows_at(m), lda, B, ldb, at(m), C + m * ldc, ldc);
     m += 2;
   }
-  if (m < M) tile<1, kATransposed>(d, K, rows_at(m), lda, B, ldb, from_c, bias, C + m * ldc, ldc);
+  if (m < M) tile<1, kATransposed>(d, K, rows_at(m), lda, B, ldb, at(m), C + m * ldc, ldc);
 }
 
 // Strip [n0, n0 + cols) of op(B) (cols <= width) packed as [K, width], zeros past cols. From a
@@ -154,14 +168,18 @@ void item(D d, const Product<T>& p, std::int64_t m0, std::int64_t rows, std::int
         std::copy_n(p.C + (m0 + r) * p.ldc + n0, cols, row);
       } else if (p.bias != nullptr) {
         std::copy_n(p.bias + n0, cols, row);
+      } else if (p.row_bias != nullptr) {
+        std::fill(row, row + cols, p.row_bias[m0 + r]);
       }
     }
   }
   for (std::int64_t k0 = 0; k0 < p.K; k0 += kBlockDepth) {
     const T* a = kATransposed ? p.A + k0 * p.lda + m0 : p.A + m0 * p.lda + k0;
-    const bool from_c = k0 > 0 || p.accumulate || !whole;
+    const Start<T> start{k0 > 0 || p.accumulate || !whole,
+                         p.bias == nullptr ? nullptr : p.bias + n0,
+                         p.row_bias == nullptr ? nullptr : p.row_bias + m0};
     strip_rows<kATransposed>(d, rows, std::min(kBlockDepth, p.K - k0), a, p.lda, b + k0 * ldb, ldb,
-                             from_c, p.bias == nullptr ? nullptr : p.bias + n0, c, ldc);
+                             start, c, ldc);
   }
   if (!whole) {
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -217,8 +235,37 @@ void run(const Product<T>& p, int threads) {
   }
 }
 
+// A product with B transposed (a linear layer's x W^T) whose C is one strip tall runs as its
+// transpose on one thread: C^T = op(B)^T op(A)^T, the weights the broadcast operand read where they
+// lie, so that only A's few rows are packed instead of every strip of W, and C^T is transposed
+// into C at the end. Each element is the same chain of fused multiply-adds (a b + c is b a + c),
+// so the bits are those of the direct product. One thread of the Xeon above, 2026-11-28, us,
+// transposed against direct: [32, 128] x [384, 128]^T 21-23 against 27-29, [32, 512] x
+// [128, 512]^T 28-29 against 38-41; but [48, 128] x [384, 128]^T 44 against 36 (C^T's second strip
+// half empty), and on 2 threads [32, 128] x [384, 128]^T 18 against 15 (C^T's items too few).
+// A decoding step of qkv demo's translator (its 64 rows in 2 groups of 32): 602-607 us against
+// 647-677.
 template <class T>
 void TiledGemm(const Product<T>& p, int threads) {
+  const std::int64_t width =
+      kStripVectors * static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  if (threads == 1 && p.tb && !p.accumulate && !p.ta && p.row_bias == nullptr && p.M <= width &&
+      2 * p.M <= p.N) {
+    const auto ct = allocate_large<T>(static_cast<std::size_t>(p.N * p.M));  // C^T [N, M]
+    // C^T [N, M] = W [N, K] (A', row-major) times A^T (B' = A, stored [M, K]: transposed).
+    const Product<T> t{false, true,  p.N,   p.M,      p.K, p.B,     p.ldb,
+                       p.A,   p.lda, false, ct.get(), p.M, nullptr, p.bias};
+    run<false>(t, threads);
+    constexpr std::int64_t kBlock = 16;  // blocks of C^T, so that both sides stay in L1
+    for (std::int64_t n0 = 0; n0 < p.N; n0 += kBlock) {
+      const std::int64_t n1 = std::min(p.N, n0 + kBlock);
+      for (std::int64_t m = 0; m < p.M; ++m) {
+        T* row = p.C + m * p.ldc;
+        for (std::int64_t n = n0; n < n1; ++n) row[n] = ct[n * p.M + m];
+      }
+    }
+    return;
+  }
   if (p.ta) {
     run<true>(p, threads);
   } else {
@@ -265,7 +312,8 @@ void tiled_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t
   if (accumulate) bias = nullptr;
   if (M == 0 || N == 0 || empty_depth(M, N, K, accumulate, bias, C, ldc)) return;
   HWY_DYNAMIC_DISPATCH(TiledGemmF32)
-  (TiledProduct<float>{transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias},
+  (TiledProduct<float>{transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias,
+                       nullptr},
    threads);
 }
 
@@ -275,8 +323,8 @@ void tiled_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t
   if (accumulate) bias = nullptr;
   if (M == 0 || N == 0 || empty_depth(M, N, K, accumulate, bias, C, ldc)) return;
   HWY_DYNAMIC_DISPATCH(TiledGemmF64)
-  (TiledProduct<double>{transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc,
-                        bias},
+  (TiledProduct<double>{transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias,
+                        nullptr},
    threads);
 }
 

@@ -35,7 +35,8 @@ struct TiledProduct {
   bool accumulate;
   T* C;
   std::int64_t ldc;
-  const T* bias;  // [N] or null
+  const T* bias;      // [N] or null: every row of C starts from it
+  const T* row_bias;  // [M] or null: row m of C starts from its element m (the transposed product)
 };
 
 }  // namespace qkv::kernels::cpu
