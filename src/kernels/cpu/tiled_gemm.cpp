@@ -256,13 +256,18 @@ void TiledGemm(const Product<T>& p, int threads) {
     const Product<T> t{false, true,  p.N,   p.M,      p.K, p.B,     p.ldb,
                        p.A,   p.lda, false, ct.get(), p.M, nullptr, p.bias};
     run<false>(t, threads);
-    constexpr std::int64_t kBlock = 16;  // blocks of C^T, so that both sides stay in L1
-    for (std::int64_t n0 = 0; n0 < p.N; n0 += kBlock) {
-      const std::int64_t n1 = std::min(p.N, n0 + kBlock);
-      for (std::int64_t m = 0; m < p.M; ++m) {
-        T* row = p.C + m * p.ldc;
-        for (std::int64_t n = n0; n < n1; ++n) row[n] = ct[n * p.M + m];
-      }
+    // C's rows a vector at a time, each gathered from a column of C^T.
+    const hn::ScalableTag<T> d;
+    const hn::RebindToSigned<decltype(d)> di;
+    using TI = hwy::MakeSigned<T>;
+    const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+    const auto column = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<TI>(p.M)));
+    for (std::int64_t m = 0; m < p.M; ++m) {
+      T* row = p.C + m * p.ldc;
+      std::int64_t n = 0;
+      for (; n + L <= p.N; n += L)
+        hn::StoreU(hn::GatherIndex(d, ct.get() + n * p.M + m, column), d, row + n);
+      for (; n < p.N; ++n) row[n] = ct[n * p.M + m];
     }
     return;
   }
