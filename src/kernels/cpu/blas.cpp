@@ -157,23 +157,22 @@ constexpr std::int64_t kColumnPiecesRows = 128;
 // its rows into pieces whose bounds follow from M, N and K alone (whatever the thread count),
 // one single-threaded call each: a [512, 480] x [480, 128] product with its A transposed took
 // 503 us with its columns split two ways, 423 in pieces and 371 with BLIS's own split (which
-// changes results), same Xeon, 2 threads.
+// changes results), same Xeon, 2 threads. With bias [N] (and accumulate false), C's rows start
+// from it: in the tiles' accumulators, or copied into C before an accumulating BLIS product.
 template <class T>
 void gemm_of(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
              const T* A, std::int64_t lda, const T* B, std::int64_t ldb, bool accumulate, T* C,
-             std::int64_t ldc) {
+             std::int64_t ldc, const T* bias = nullptr) {
   if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (!accumulate) {
-      for (std::int64_t m = 0; m < M; ++m) std::fill_n(C + m * ldc, N, T(0));
-    }
-    return;
-  }
-  if (M * N * K <= kTiledMaxMacs) {
+  if (M * N * K <= kTiledMaxMacs) {  // K = 0 included
     const detail::ThreadShare share(M * N * K < kThreadedMacs ? 1 : num_threads());
     tiled_gemm(transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc,
-               share.threads());
+               share.threads(), bias);
     return;
+  }
+  if (bias != nullptr && !accumulate) {
+    for (std::int64_t m = 0; m < M; ++m) std::copy_n(bias, N, C + m * ldc);
+    accumulate = true;
   }
   const trans_t ta = transpose_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE;
   const trans_t tb = transpose_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE;
@@ -216,33 +215,17 @@ void gemm_of(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N,
   }
 }
 
-// blas_linear for T = float or double: the bias in the tiles' accumulators where the product
-// runs tiled_gemm, else copied into C's rows before an accumulating product.
-template <class T>
-void linear_of(std::int64_t M, std::int64_t N, std::int64_t K, const T* A, std::int64_t lda,
-               const T* W, std::int64_t ldw, const T* bias, T* C, std::int64_t ldc) {
-  if (M * N * K <= kTiledMaxMacs) {
-    const detail::ThreadShare share(M * N * K < kThreadedMacs ? 1 : num_threads());
-    tiled_gemm(false, true, M, N, K, A, lda, W, ldw, false, C, ldc, share.threads(), bias);
-    return;
-  }
-  if (bias != nullptr) {
-    for (std::int64_t m = 0; m < M; ++m) std::copy_n(bias, N, C + m * ldc);
-  }
-  gemm_of(false, true, M, N, K, A, lda, W, ldw, bias != nullptr, C, ldc);
-}
-
 }  // namespace
 
 void blas_linear(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t lda,
                  const float* W, std::int64_t ldw, const float* bias, float* C, std::int64_t ldc) {
-  linear_of(M, N, K, A, lda, W, ldw, bias, C, ldc);
+  gemm_of(false, true, M, N, K, A, lda, W, ldw, false, C, ldc, bias);
 }
 
 void blas_linear(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t lda,
                  const double* W, std::int64_t ldw, const double* bias, double* C,
                  std::int64_t ldc) {
-  linear_of(M, N, K, A, lda, W, ldw, bias, C, ldc);
+  gemm_of(false, true, M, N, K, A, lda, W, ldw, false, C, ldc, bias);
 }
 
 void blas_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,

@@ -216,10 +216,12 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
   // with the bits the merge would give (one part: weight exp(0) = 1), and no second parallel
   // region.
   const bool one_split = splits == 1;
-  const auto part_m = allocate_large<T>(static_cast<size_t>(one_split ? 1 : rows * splits));
-  const auto part_l = allocate_large<T>(static_cast<size_t>(one_split ? 1 : rows * splits));
-  const auto part_acc =
-      allocate_large<T>(static_cast<size_t>(one_split ? 1 : rows * splits * d.Dv));
+  const auto partials = [&](std::int64_t n) {
+    return one_split ? LargeBuffer<T>() : allocate_large<T>(static_cast<size_t>(n));
+  };
+  const auto part_m = partials(rows * splits);
+  const auto part_l = partials(rows * splits);
+  const auto part_acc = partials(rows * splits * d.Dv);
   const auto q_scaled = allocate_large<T>(static_cast<size_t>(rows * d.D));  // scale * Q
   for (std::int64_t bi = 0; bi < d.B * d.Tq; ++bi) {  // the heads of row i of batch b
     scale_rows(p.q.at(bi / d.Tq, bi % d.Tq, 0), p.q.head, d.Hq, d.D, p.scale,

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -311,26 +312,35 @@ bool empty_depth(std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate
 HWY_EXPORT(TiledGemmF32);
 HWY_EXPORT(TiledGemmF64);
 
+namespace {
+
+// tiled_gemm for T = float or double.
+template <class T>
+void tiled_of(const TiledProduct<T>& p, int threads) {
+  if (p.M == 0 || p.N == 0 || empty_depth(p.M, p.N, p.K, p.accumulate, p.bias, p.C, p.ldc)) return;
+  if constexpr (std::is_same_v<T, float>) {
+    HWY_DYNAMIC_DISPATCH(TiledGemmF32)(p, threads);
+  } else {
+    HWY_DYNAMIC_DISPATCH(TiledGemmF64)(p, threads);
+  }
+}
+
+}  // namespace
+
 void tiled_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
                 const float* A, std::int64_t lda, const float* B, std::int64_t ldb, bool accumulate,
                 float* C, std::int64_t ldc, int threads, const float* bias) {
-  if (accumulate) bias = nullptr;
-  if (M == 0 || N == 0 || empty_depth(M, N, K, accumulate, bias, C, ldc)) return;
-  HWY_DYNAMIC_DISPATCH(TiledGemmF32)
-  (TiledProduct<float>{transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias,
-                       nullptr},
-   threads);
+  tiled_of<float>({transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc,
+                   accumulate ? nullptr : bias, nullptr},
+                  threads);
 }
 
 void tiled_gemm(bool transpose_a, bool transpose_b, std::int64_t M, std::int64_t N, std::int64_t K,
                 const double* A, std::int64_t lda, const double* B, std::int64_t ldb,
                 bool accumulate, double* C, std::int64_t ldc, int threads, const double* bias) {
-  if (accumulate) bias = nullptr;
-  if (M == 0 || N == 0 || empty_depth(M, N, K, accumulate, bias, C, ldc)) return;
-  HWY_DYNAMIC_DISPATCH(TiledGemmF64)
-  (TiledProduct<double>{transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias,
-                        nullptr},
-   threads);
+  tiled_of<double>({transpose_a, transpose_b, M, N, K, A, lda, B, ldb, accumulate, C, ldc,
+                    accumulate ? nullptr : bias, nullptr},
+                   threads);
 }
 
 }  // namespace qkv::kernels::cpu
