@@ -78,15 +78,14 @@ HWY_INLINE void transpose_2x2(const double* src, std::int64_t ld_src, double* ds
 }
 #endif
 
-// src rows [n, cols] with row stride ld -> dst [cols, n_pad] (the transpose), columns n..n_pad
-// zero. Lays a tile of K (or V) out as [D, kBk] so that a score tile is a row-major product.
-// In square blocks of one 128-bit vector per row, which every SIMD target has: a tile of K [T, 8,
-// 64] f32 read from memory, 8 heads of T = 8192 one tile after another on one thread of the AMD
-// EPYC Zen 3 VM, took 15 ms element by element and 6-7 ms so (where reading K from memory is ~4
-// ms).
+// src rows [n, cols] with row stride ld -> the first n elements of dst's rows [cols, ld_dst] (the
+// transpose); the rest of each row of dst is left as it is. In square blocks of one 128-bit vector
+// per row, which every SIMD target has: a tile of K [T, 8, 64] f32 read from memory, 8 heads of T
+// = 8192 one tile after another on one thread of the AMD EPYC Zen 3 VM, took 15 ms element by
+// element and 6-7 ms so (where reading K from memory is ~4 ms).
 template <class T>
-void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t cols,
-                     std::int64_t n_pad, T* dst) {
+void transpose_rows(const T* src, std::int64_t ld, std::int64_t n, std::int64_t cols, T* dst,
+                    std::int64_t ld_dst) {
   std::int64_t j = 0;
 #if HWY_TARGET <= HWY_AVX2
   // Whole 8 x 8 blocks first where the vectors are 256 bits or wider: a sliding window's forward
@@ -96,7 +95,7 @@ void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t
     if (cols % 8 == 0) {
       for (; j + 8 <= n; j += 8) {
         for (std::int64_t c = 0; c < cols; c += 8) {
-          transpose_8x8(src + j * ld + c, ld, dst + c * n_pad + j, n_pad);
+          transpose_8x8(src + j * ld + c, ld, dst + c * ld_dst + j, ld_dst);
         }
       }
     }
@@ -108,19 +107,27 @@ void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t
     std::int64_t c = 0;
     for (; c + kSide <= cols; c += kSide) {
       if constexpr (kSide == 4) {
-        transpose_4x4(src + j * ld + c, ld, dst + c * n_pad + j, n_pad);
+        transpose_4x4(src + j * ld + c, ld, dst + c * ld_dst + j, ld_dst);
       } else {
-        transpose_2x2(src + j * ld + c, ld, dst + c * n_pad + j, n_pad);
+        transpose_2x2(src + j * ld + c, ld, dst + c * ld_dst + j, ld_dst);
       }
     }
     for (; c < cols; ++c) {
-      for (std::int64_t x = j; x < j + kSide; ++x) dst[c * n_pad + x] = src[x * ld + c];
+      for (std::int64_t x = j; x < j + kSide; ++x) dst[c * ld_dst + x] = src[x * ld + c];
     }
   }
 #endif
   for (; j < n; ++j) {
-    for (std::int64_t c = 0; c < cols; ++c) dst[c * n_pad + j] = src[j * ld + c];
+    for (std::int64_t c = 0; c < cols; ++c) dst[c * ld_dst + j] = src[j * ld + c];
   }
+}
+
+// src rows [n, cols] with row stride ld -> dst [cols, n_pad] (the transpose), columns n..n_pad
+// zero. Lays a tile of K (or V) out as [D, kBk] so that a score tile is a row-major product.
+template <class T>
+void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t cols,
+                     std::int64_t n_pad, T* dst) {
+  transpose_rows(src, ld, n, cols, dst, n_pad);
   for (std::int64_t c = 0; c < cols; ++c)
     std::fill(dst + c * n_pad + n, dst + (c + 1) * n_pad, T(0));
 }

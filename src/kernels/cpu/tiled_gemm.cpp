@@ -16,6 +16,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/cpu/large_buffer.hpp"
+#include "kernels/cpu/pack-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
@@ -120,34 +121,28 @@ void strip_rows(D d, std::int64_t M, std::int64_t K, const T* A, std::int64_t ld
 }
 
 // Strip [n0, n0 + cols) of op(B) (cols <= width) packed as [K, width], zeros past cols. From a
-// transposed B (stored [N, K]) a whole strip is gathered a vector at a time, one element from each
-// of its rows: element by element, a strip of [384, 128] took ~1.5 us of ~4 us per item (perf, one
-// core of the Xeon above).
+// transposed B (stored [N, K]) the strip's rows are transposed in 8 x 8 blocks (pack-inl.h). One
+// element at a time, a strip of [384, 128] took ~1.5 us of ~4 us per item (perf, one core of the
+// Xeon above). Gathered a vector at a time (GatherIndex), this packing and the transposed
+// product's gather of C were 14% of a decoding step of qkv demo's translator, as blocked
+// transposes 6% (perf samples, AMD EPYC Zen 5 VM, 2026-11-28): decoding 40.1-41.0k -> 44.1-44.6k
+// tokens/s and a training step 16.9-18.1 -> 16.2-16.8 ms (`qkv bench --training`, 2 threads,
+// builds alternated three times).
 template <class D, class T>
 void pack_strip(D d, const Product<T>& p, std::int64_t n0, std::int64_t cols, T* out) {
-  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  const std::int64_t width = kStripVectors * L;
-  using TI = hwy::MakeSigned<T>;
-  if (p.tb && cols == width && p.ldb * width <= std::int64_t{hwy::LimitsMax<TI>()}) {
-    const hn::RebindToSigned<D> di;
-    const auto rows = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<TI>(p.ldb)));
-    for (std::int64_t k = 0; k < p.K; ++k) {
-      for (std::int64_t v = 0; v < kStripVectors; ++v) {
-        hn::StoreU(hn::GatherIndex(d, p.B + (n0 + v * L) * p.ldb + k, rows), d,
-                   out + k * width + v * L);
-      }
+  const std::int64_t width = kStripVectors * static_cast<std::int64_t>(hn::Lanes(d));
+  if (p.tb) {
+    transpose_rows(p.B + n0 * p.ldb, p.ldb, cols, p.K, out, width);
+    if (cols < width) {
+      for (std::int64_t k = 0; k < p.K; ++k)
+        std::fill(out + k * width + cols, out + (k + 1) * width, T(0));
     }
     return;
   }
   for (std::int64_t k = 0; k < p.K; ++k) {
     T* row = out + k * width;
+    std::copy_n(p.B + k * p.ldb + n0, cols, row);
     std::fill(row + cols, row + width, T(0));
-    if (!p.tb) std::copy_n(p.B + k * p.ldb + n0, cols, row);
-  }
-  if (!p.tb) return;
-  for (std::int64_t j = 0; j < cols; ++j) {
-    const T* src = p.B + (n0 + j) * p.ldb;
-    for (std::int64_t k = 0; k < p.K; ++k) out[k * width + j] = src[k];
   }
 }
 
@@ -257,19 +252,7 @@ void TiledGemm(const Product<T>& p, int threads) {
     const Product<T> t{false, true,  p.N,   p.M,      p.K, p.B,     p.ldb,
                        p.A,   p.lda, false, ct.get(), p.M, nullptr, p.bias};
     run<false>(t, threads);
-    // C's rows a vector at a time, each gathered from a column of C^T.
-    const hn::ScalableTag<T> d;
-    const hn::RebindToSigned<decltype(d)> di;
-    using TI = hwy::MakeSigned<T>;
-    const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-    const auto column = hn::Mul(hn::Iota(di, 0), hn::Set(di, static_cast<TI>(p.M)));
-    for (std::int64_t m = 0; m < p.M; ++m) {
-      T* row = p.C + m * p.ldc;
-      std::int64_t n = 0;
-      for (; n + L <= p.N; n += L)
-        hn::StoreU(hn::GatherIndex(d, ct.get() + n * p.M + m, column), d, row + n);
-      for (; n < p.N; ++n) row[n] = ct[n * p.M + m];
-    }
+    transpose_rows(ct.get(), p.M, p.N, p.M, p.C, p.ldc);  // C [M, N] <- (C^T)^T
     return;
   }
   if (p.ta) {

@@ -24,9 +24,12 @@ struct Case {
 };
 
 // The shapes: tails of every register tile and strip width, a block of rows (128) and of K (512)
-// crossed, N short of one strip.
-const Case kCases[] = {{1, 1, 1},    {5, 3, 2},      {13, 33, 7},    {37, 29, 41},
-                       {3, 100, 17}, {129, 17, 513}, {64, 134, 128}, {15, 16, 0}};
+// crossed, N short of one strip; and products that run as their transpose (B transposed, one
+// thread, M at most a strip, N at least 2M) with sides in whole 8 x 8 blocks, whose packing and
+// final transpose then take the blocked path (pack-inl.h), besides 3 x 100 x 17 and 13 x 33 x 7
+// with edges.
+const Case kCases[] = {{1, 1, 1},      {5, 3, 2},      {13, 33, 7}, {37, 29, 41}, {3, 100, 17},
+                       {129, 17, 513}, {64, 134, 128}, {15, 16, 0}, {16, 40, 24}, {32, 72, 16}};
 
 template <class T>
 void check_products() {
