@@ -70,8 +70,11 @@ struct SoftmaxState {
   // adds P V (times dropout's factors) into acc. With `native` (exp_round_bf16.hpp; only with
   // rounded), the rows go through it, and s may hold the scores before a scale > 0: the max of
   // the rounded products scale * s is scale * max(s) rounded, rounding being monotonic.
+  // With ld > 0, s's rows lie ld apart (the width columns of each row are absorbed), not width.
   void absorb(T* s, std::int64_t live, std::int64_t dim_v, std::uint16_t* rounded = nullptr,
-              std::int64_t width = kBk, T scale = T(1), ExpRoundRow native = nullptr) const {
+              std::int64_t width = kBk, T scale = T(1), ExpRoundRow native = nullptr,
+              std::int64_t ld = 0) const {
+    const std::int64_t row_stride = ld > 0 ? ld : width;
     // The new row maxima first, then every row's rescaling factor alpha = exp(m_old - m_new) in
     // one vector pass (a libm call per row took 1.6% of the forward), over the live rows rounded
     // up to whole vectors.
@@ -80,12 +83,12 @@ struct SoftmaxState {
     const std::int64_t vector_rows =
         round_up(live, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())));
     for (std::int64_t r = 0; r < vector_rows; ++r) {
-      m_new[r] = r < live ? std::max(m[r], scale * row_max(s + r * width, width)) : T(0);
+      m_new[r] = r < live ? std::max(m[r], scale * row_max(s + r * row_stride, width)) : T(0);
       alpha[r] = r < live && m[r] != kNegInf ? m[r] - m_new[r] : T(0);
     }
     exp_rows(alpha, vector_rows);
     for (std::int64_t r = 0; r < live; ++r) {
-      T* row = s + r * width;
+      T* row = s + r * row_stride;
       if (m_new[r] == kNegInf) {
         // Nothing kept in this row yet, or only -inf and NaN scores (whether the max returns
         // a NaN depends on the target). A NaN must reach the row (docs/numerics.md): it poisons
