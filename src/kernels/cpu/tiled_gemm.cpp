@@ -131,14 +131,7 @@ void strip_rows(D d, std::int64_t M, std::int64_t K, const T* A, std::int64_t ld
 template <class D, class T>
 void pack_strip(D d, const Product<T>& p, std::int64_t n0, std::int64_t cols, T* out) {
   const std::int64_t width = kStripVectors * static_cast<std::int64_t>(hn::Lanes(d));
-  if (p.tb) {
-    transpose_rows(p.B + n0 * p.ldb, p.ldb, cols, p.K, out, width);
-    if (cols < width) {
-      for (std::int64_t k = 0; k < p.K; ++k)
-        std::fill(out + k * width + cols, out + (k + 1) * width, T(0));
-    }
-    return;
-  }
+  if (p.tb) return pack_transposed(p.B + n0 * p.ldb, p.ldb, cols, p.K, width, out);
   for (std::int64_t k = 0; k < p.K; ++k) {
     T* row = out + k * width;
     std::copy_n(p.B + k * p.ldb + n0, cols, row);
