@@ -39,8 +39,11 @@ constexpr std::int64_t round_up(std::int64_t x, std::int64_t multiple) {
 // one-thread probe shows why: with K and V streaming from L3 (T = 4096, D = 128), the two products
 // of a 64-row block ran at ~0.70 of the FMA rate and those of a 128-row block at ~0.85, each K and
 // V tile fetched serving twice the rows; where a head's K and V (Tk (D + Dv) 4 bytes) are at most 1
-// MiB, the cache keeps them anyway, and the bigger block only adds diagonal work under a causal
-// mask (12% of the work at T = 1024 instead of 6%). So 128 rows above kForwardLargeKv bytes of K
+// MiB, the cache keeps them anyway, and the bigger block only added diagonal work under a causal
+// mask (12% of the work at T = 1024 instead of 6%; since 2026-11-28 a diagonal tile skips the half
+// of its rows that keeps none of its keys, and 128 rows for causal T = 2048 D = 64 then measured
+// the same as 64, one thread of the Zen 5 VM, four alternated runs: 69.0-70.0% of the FMA burst
+// during the row against 69.7-70.3%). So 128 rows above kForwardLargeKv bytes of K
 // and V per head, 64 below. The backward, whose items reuse a K tile across all q-blocks anyway,
 // measured no difference and keeps 64.
 struct TileTraits {

@@ -84,6 +84,15 @@ std::vector<FusedCase> shapes() {
   plain_causal.causal = Causal::top_left;
   plain_causal.padding = true;
   out.push_back(plain_causal);
+  // K and V of a head over 1 MiB: q-blocks of 128 rows, whose diagonal tiles skip the half of
+  // the rows that keeps none of their keys; Dv 40 adds P V through the buffer.
+  FusedCase large_causal;
+  large_causal.Tq = 300;
+  large_causal.Tk = 1700;
+  large_causal.D = 128;
+  large_causal.Dv = 40;
+  large_causal.causal = Causal::bottom_right;
+  out.push_back(large_causal);
   return out;
 }
 
