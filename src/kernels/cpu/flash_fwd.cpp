@@ -93,17 +93,6 @@ class F32Products {
   T* q_;
 };
 
-// Whether a score mod leaves the scores as they are: then a run of full tiles needs no per-tile
-// work between the products and the softmax.
-template <class T>
-bool plain_scores(const BuiltinScore<T>& mod) {
-  return !(mod.softcap > 0) && !mod.bias && mod.alibi_slopes == nullptr;
-}
-template <class M>
-bool plain_scores(const M&) {
-  return false;
-}
-
 // The products of the bf16 path (q, k and v all bf16, T = float): S = Q K^T from the bf16 values
 // as they lie, then scaled in f32, and acc += P V with P rounded to bf16 (by the softmax, into
 // rounded()), both on the machine's matrix units (bf16_gemm.hpp) with f32 accumulation, P V added
