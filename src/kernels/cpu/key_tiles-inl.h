@@ -47,21 +47,15 @@ class KeyTiles {
         v_finite_(static_cast<size_t>(d.B * heads_ * tiles_)),
         once_(d.B * heads_ * tiles_) {}
 
-  // Packs tile kb of k/v head bh = b * Hk + hk unless it is; before the accessors below.
-  void ensure(std::int64_t bh, std::int64_t kb) {
-    once_.ensure(bh * tiles_ + kb, [&] {
-      const std::int64_t b = bh / heads_, hk = bh % heads_, j0 = kb * kBk;
-      const std::int64_t n = std::min(kBk, tk_ - j0);
-      T* vt = dim_v_ != 0 && !v_in_place_ ? at(vt_.get(), dim_v_, bh, kb) : nullptr;
-      if (!pack_half(b, j0, hk, n, bh, kb, vt)) {
-        pack_transposed(k_.at(b, j0, hk), k_.row, n, dim_, kBk, at(kt_.get(), dim_, bh, kb));
-        if (vt != nullptr) pack_rows(v_.at(b, j0, hk), v_.row, n, dim_v_, kBk, vt);
-      }
-      if (dim_v_ != 0) {
-        v_finite_[static_cast<size_t>(bh * tiles_ + kb)] =
-            v_in_place_ ? all_finite(v_.at(b, j0, hk), n * dim_v_) : all_finite(vt, kBk * dim_v_);
-      }
-    });
+  // Packs tile kb of k/v head bh = b * Hk + hk unless it is; before the accessors below. While
+  // another thread packs it, packs tile `ahead` of the head (>= 0: the one the caller reads next)
+  // if no thread has started that one.
+  void ensure(std::int64_t bh, std::int64_t kb, std::int64_t ahead = -1) {
+    once_.ensure(
+        bh * tiles_ + kb, [&] { pack(bh, kb); },
+        [&] {
+          if (ahead >= 0) once_.try_run(bh * tiles_ + ahead, [&] { pack(bh, ahead); });
+        });
   }
   const T* kt(std::int64_t bh, std::int64_t kb) const { return at(kt_.get(), dim_, bh, kb); }
   // V's rows [kb kBk, kb kBk + kBk) (the valid ones of a last partial tile: the products read
@@ -77,6 +71,20 @@ class KeyTiles {
   }
 
  private:
+  void pack(std::int64_t bh, std::int64_t kb) {
+    const std::int64_t b = bh / heads_, hk = bh % heads_, j0 = kb * kBk;
+    const std::int64_t n = std::min(kBk, tk_ - j0);
+    T* vt = dim_v_ != 0 && !v_in_place_ ? at(vt_.get(), dim_v_, bh, kb) : nullptr;
+    if (!pack_half(b, j0, hk, n, bh, kb, vt)) {
+      pack_transposed(k_.at(b, j0, hk), k_.row, n, dim_, kBk, at(kt_.get(), dim_, bh, kb));
+      if (vt != nullptr) pack_rows(v_.at(b, j0, hk), v_.row, n, dim_v_, kBk, vt);
+    }
+    if (dim_v_ != 0) {
+      v_finite_[static_cast<size_t>(bh * tiles_ + kb)] =
+          v_in_place_ ? all_finite(v_.at(b, j0, hk), n * dim_v_) : all_finite(vt, kBk * dim_v_);
+    }
+  }
+
   // Packs the tile from the 16-bit cache where there is one (T = float); false otherwise. K's n
   // rows are converted into a scratch [n, D] of this thread, then transposed as an f32 K is; V's
   // are converted straight into vt (null: keys only).

@@ -24,20 +24,35 @@ class PackOnce {
   }
 
   // Runs pack() for tile t if no thread has; returns once the tile is packed (waiting for the
-  // thread that packs it, if another one does). pack must not throw.
-  template <class Pack>
-  void ensure(std::int64_t t, Pack&& pack) const {
+  // thread that packs it, if another one does, after calling help(): work of its own meanwhile,
+  // such as try_run on a tile it needs next). pack and help must not throw.
+  template <class Pack, class Help>
+  void ensure(std::int64_t t, Pack&& pack, Help&& help) const {
     std::atomic<std::uint8_t>& state = state_[t];
     if (state.load(std::memory_order_acquire) == kReady) return;
-    std::uint8_t expected = kEmpty;
-    if (state.compare_exchange_strong(expected, kBusy, std::memory_order_acquire)) {
-      pack();
-      state.store(kReady, std::memory_order_release);
-      return;
-    }
+    if (try_run(t, pack)) return;
+    help();
     // Another thread packs it: a tile takes microseconds, but that thread may lose its core on a
     // shared host, so yield rather than spin.
     while (state.load(std::memory_order_acquire) != kReady) std::this_thread::yield();
+  }
+  template <class Pack>
+  void ensure(std::int64_t t, Pack&& pack) const {
+    ensure(t, pack, [] {});
+  }
+
+  // Runs pack() for tile t if no thread has started it (true), else returns at once (false).
+  template <class Pack>
+  bool try_run(std::int64_t t, Pack&& pack) const {
+    std::atomic<std::uint8_t>& state = state_[t];
+    std::uint8_t expected = kEmpty;
+    if (state.load(std::memory_order_relaxed) != kEmpty ||
+        !state.compare_exchange_strong(expected, kBusy, std::memory_order_acquire)) {
+      return false;
+    }
+    pack();
+    state.store(kReady, std::memory_order_release);
+    return true;
   }
 
  private:

@@ -46,24 +46,15 @@ class PairTiles {
   std::int64_t depth() const { return depth_; }    // D rounded up to 32
   std::int64_t cols_v() const { return cols_v_; }  // Dv rounded up to 16
 
-  // Packs tile kb of k/v head bh = b * Hk + hk unless it is; before the accessors below.
-  void ensure(std::int64_t bh, std::int64_t kb) {
-    once_.ensure(bh * tiles_ + kb, [&] {
-      const std::int64_t b = bh / heads_, hk = bh % heads_, j0 = kb * kKeys;
-      const std::int64_t n = std::min(kKeys, tk_ - j0);
-      pack_pairs_transposed(k_.at(b, j0, hk), k_.row, dim_, n, depth_, kKeys,
-                            kp_.get() + offset(bh, kb) * depth_);
-      const std::uint16_t* v = v_.at(b, j0, hk);
-      pack_pairs_rows(v, v_.row, n, dim_v_, kKeys, cols_v_, vp_.get() + offset(bh, kb) * cols_v_);
-      // Whether every value is finite (exponent bits not all ones), without an early exit so
-      // that the loop vectorizes: element by element it took as long as the packing.
-      unsigned non_finite = 0;
-      for (std::int64_t j = 0; j < n; ++j) {
-        const std::uint16_t* row = v + j * v_.row;
-        for (std::int64_t x = 0; x < dim_v_; ++x) non_finite |= (row[x] & 0x7f80u) == 0x7f80u;
-      }
-      v_finite_[static_cast<size_t>(bh * tiles_ + kb)] = non_finite == 0 ? 1 : 0;
-    });
+  // Packs tile kb of k/v head bh = b * Hk + hk unless it is; before the accessors below. While
+  // another thread packs it, packs tile `ahead` of the head (>= 0: the one the caller reads next)
+  // if no thread has started that one.
+  void ensure(std::int64_t bh, std::int64_t kb, std::int64_t ahead = -1) {
+    once_.ensure(
+        bh * tiles_ + kb, [&] { pack(bh, kb); },
+        [&] {
+          if (ahead >= 0) once_.try_run(bh * tiles_ + ahead, [&] { pack(bh, ahead); });
+        });
   }
   const std::uint16_t* kp(std::int64_t bh, std::int64_t kb) const {
     return kp_.get() + offset(bh, kb) * depth_;
@@ -80,6 +71,22 @@ class PairTiles {
   }
 
  private:
+  void pack(std::int64_t bh, std::int64_t kb) {
+    const std::int64_t b = bh / heads_, hk = bh % heads_, j0 = kb * kKeys;
+    const std::int64_t n = std::min(kKeys, tk_ - j0);
+    pack_pairs_transposed(k_.at(b, j0, hk), k_.row, dim_, n, depth_, kKeys,
+                          kp_.get() + offset(bh, kb) * depth_);
+    const std::uint16_t* v = v_.at(b, j0, hk);
+    pack_pairs_rows(v, v_.row, n, dim_v_, kKeys, cols_v_, vp_.get() + offset(bh, kb) * cols_v_);
+    // Whether every value is finite (exponent bits not all ones), without an early exit so that
+    // the loop vectorizes: element by element it took as long as the packing.
+    unsigned non_finite = 0;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::uint16_t* row = v + j * v_.row;
+      for (std::int64_t x = 0; x < dim_v_; ++x) non_finite |= (row[x] & 0x7f80u) == 0x7f80u;
+    }
+    v_finite_[static_cast<size_t>(bh * tiles_ + kb)] = non_finite == 0 ? 1 : 0;
+  }
   std::int64_t offset(std::int64_t bh, std::int64_t kb) const { return (bh * tiles_ + kb) * kKeys; }
 
   Rows<const std::uint16_t> k_, v_;

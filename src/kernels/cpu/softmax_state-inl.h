@@ -166,7 +166,11 @@ struct ForwardScratch {
         q(hwy::AllocateAligned<T>(std::max<std::int64_t>(rows * dim, 1))),
         acc(hwy::AllocateAligned<T>(std::max<std::int64_t>(rows * dim_v, 1))),
         m(hwy::AllocateAligned<T>(rows)),
-        l(hwy::AllocateAligned<T>(rows)) {}
+        l(hwy::AllocateAligned<T>(rows)) {
+    // Defined from the start: a narrowed product (flash_fwd.cpp) leaves columns of s that the
+    // mask then overwrites without reading.
+    std::fill(s.get(), s.get() + rows * kBk, T(0));
+  }
   SoftmaxState<T> state() { return {acc.get(), m.get(), l.get()}; }
 };
 
