@@ -340,7 +340,10 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, s
     }
     if (!any) continue;
     // Two threads on one head's first q-blocks need the same tiles one after the other: the one
-    // that finds its tile being packed packs the next meanwhile, rather than wait for every tile.
+    // that finds its tile being packed packs the next meanwhile, rather than wait for every tile
+    // (`qkv bench --peak --T 2048 4096 --D 64 --pass fwd --threads 2`, AMD EPYC (avx2
+    // avx512_bf16 avx512f), 2026-11-28, three alternated runs, % of the FMA burst: causal T 2048
+    // 61.3-62.2 -> 65.4-66.4, T 4096 69.5-70.0 -> 70.7-71.7; full rows unchanged).
     bool next = false;
     for (std::int64_t x = 0; kb + 1 < span.hi && x < halves; ++x) {
       next = next || blocks.kind(b, h, qb0 + x, kb + 1) != TileKind::empty;
