@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -72,27 +73,29 @@ class F32Products {
   ExpRoundRow native_rounding() const { return nullptr; }
   static constexpr std::int64_t kWideTiles = 1;
   // For the partial tile of keys [j0, j0 + cols) that rows [i0, i0 + n) of head h of batch b
-  // read next: where the built-in mask (intervals, no keep-mask tensor) keeps no key of the tile
-  // past some column for a whole group of kGroupRows rows (the upper rows of a causal diagonal),
-  // the next scores() and values() stop there for that group. The scores they leave out are
-  // past every kept key of their rows, so the mask overwrites them; the products they leave out
-  // would add P = 0 times a finite value (a tile with a non-finite value goes values_kept's way):
-  // the same bits.
+  // read next, with kinds [ceil(n / kBlockQ)] the tile's kinds in their halves: where a whole
+  // group of kGroupRows rows keeps keys of the tile only within columns [lo, hi) (a causal
+  // diagonal's upper rows, a window's edges), the next scores() and values() take only those
+  // columns for that group. The built-in masks bound each row's keys by its interval (which a
+  // keep-mask tensor only thins); a flex mask by its kept bits where the drop cache has them
+  // (`kept`, [n]), else not at all. The scores left out lie outside every kept key of their rows,
+  // so the mask overwrites them; the products left out would add P = 0 times a finite value (a
+  // tile with a non-finite value goes values_kept's way): the same bits.
   void narrow(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t n, std::int64_t j0,
-              std::int64_t cols) {
+              std::int64_t cols, const TileKind* kinds, const std::uint64_t* kept) {
     if constexpr (std::is_same_v<MaskMod, BuiltinMask>) {
-      if (p_.mask_mod.keep) return;
-      bool narrower = false;
-      for (std::int64_t g = 0; g * kGroupRows < n; ++g) {
-        std::int64_t end = 0;
-        for (std::int64_t r = g * kGroupRows; r < std::min(n, (g + 1) * kGroupRows); ++r) {
-          const KeyRange keys = p_.mask_mod.interval(b, h, i0 + r);
-          end = std::max(end, std::clamp<std::int64_t>(keys.hi - j0, 0, cols));
-        }
-        ends_[g] = end;
-        narrower = narrower || end < cols;
-      }
-      narrowed_ = narrower;
+      narrow_by(n, cols, [&](std::int64_t r) {
+        const KeyRange keys = p_.mask_mod.interval(b, h, i0 + r);
+        return KeyRange{keys.lo - j0, keys.hi - j0};
+      });
+    } else {
+      if (kept == nullptr) return;
+      narrow_by(n, cols, [&](std::int64_t r) {
+        if (kinds[r / TileTraits::kBlockQ] == TileKind::full) return KeyRange{0, cols};
+        const std::uint64_t bits = kept[r];
+        if (bits == 0) return KeyRange{0, 0};
+        return KeyRange{std::countr_zero(bits), 64 - std::countl_zero(bits)};
+      });
     }
   }
   // s [n, kBk] <- (scale Q) K^T for tile kb, the q-block's rows [r0, r0 + n) (the pack's zero
@@ -101,14 +104,15 @@ class F32Products {
     const std::int64_t dim = p_.dims.D;
     const T* kt = keys_.kt(head_kv, kb);
     if (!narrowed_) return gemm<true>(n, kBk, dim, q_ + r0 * dim, dim, kt, kBk, s, kBk, false);
-    // Whole strips of the product (two vectors) up to each group's end.
+    // Whole strips of the product (two vectors) over each group's columns.
     const auto strip = static_cast<std::int64_t>(2 * hn::Lanes(hn::ScalableTag<T>()));
     for (std::int64_t g = 0; g * kGroupRows < n; ++g) {
       const std::int64_t m = std::min(kGroupRows, n - g * kGroupRows);
-      const std::int64_t cols = std::min(kBk, round_up(ends_[g], strip));
-      if (cols == 0) continue;
-      gemm<true>(m, cols, dim, q_ + (r0 + g * kGroupRows) * dim, dim, kt, kBk,
-                 s + g * kGroupRows * kBk, kBk, false);
+      const std::int64_t c0 = spans_[g].lo / strip * strip;
+      const std::int64_t c1 = std::min(kBk, round_up(spans_[g].hi, strip));
+      if (c1 <= c0) continue;
+      gemm<true>(m, c1 - c0, dim, q_ + (r0 + g * kGroupRows) * dim, dim, kt + c0, kBk,
+                 s + g * kGroupRows * kBk + c0, kBk, false);
     }
   }
   // acc [n, Dv] += P V for tile kb, with P [n, kBk] in s, for the rows [i0, i0 + n) of head h
@@ -126,20 +130,45 @@ class F32Products {
     } else {
       for (std::int64_t g = 0; g * kGroupRows < n; ++g) {
         const std::int64_t m = std::min(kGroupRows, n - g * kGroupRows);
-        gemm(m, dim_v, ends_[g], s + g * kGroupRows * kBk, kBk, vt, dim_v,
-             acc + g * kGroupRows * dim_v, dim_v, true);
+        const KeyRange keys = spans_[g];
+        if (keys.hi <= keys.lo) continue;
+        gemm(m, dim_v, keys.hi - keys.lo, s + g * kGroupRows * kBk + keys.lo, kBk,
+             vt + keys.lo * dim_v, dim_v, acc + g * kGroupRows * dim_v, dim_v, true);
       }
     }
   }
 
  private:
+  // spans_ [groups] <- the columns [lo, hi) within [0, cols) of each group's rows, from row_keys(r)
+  // (a superset of row r's kept columns, before clamping; empty for a row that keeps none), and
+  // narrowed_ <- whether any group is narrower than the tile.
+  template <class RowKeys>
+  void narrow_by(std::int64_t n, std::int64_t cols, RowKeys row_keys) {
+    bool narrower = false;
+    for (std::int64_t g = 0; g * kGroupRows < n; ++g) {
+      std::int64_t lo = cols, hi = 0;
+      for (std::int64_t r = g * kGroupRows; r < std::min(n, (g + 1) * kGroupRows); ++r) {
+        const KeyRange keys = row_keys(r);
+        const std::int64_t a = std::clamp<std::int64_t>(keys.lo, 0, cols);
+        const std::int64_t z = std::clamp<std::int64_t>(keys.hi, 0, cols);
+        if (a >= z) continue;
+        lo = std::min(lo, a);
+        hi = std::max(hi, z);
+      }
+      if (lo >= hi) lo = hi = 0;
+      spans_[g] = {lo, hi};
+      narrower = narrower || hi - lo < cols;
+    }
+    narrowed_ = narrower;
+  }
+
   // Rows per group of narrow(). `qkv bench --peak --T 2048 4096 --D 64 --pass fwd --threads 1`,
   // AMD EPYC (avx2 avx512_bf16 avx512f), 2026-11-28, alternated runs, % of the FMA burst during
   // the row, causal T 2048 / 4096: without narrowing 67.6-69.0 / 72.3-73.7 (four runs); groups of
   // 16 rows 68.2-69.5 / 73.0-74.4 (four), then 8, 16 and 32 rows three runs each: 68.4-71.8 /
   // 72.9-74.5, 67.4-70.4 / 73.5-74.5, 68.7-69.8 / 73.1-75.5, the same within the noise.
   static constexpr std::int64_t kGroupRows = 16;
-  std::int64_t ends_[kBq / kGroupRows] = {};
+  KeyRange spans_[kBq / kGroupRows] = {};
   bool narrowed_ = false;
   const FwdParams<T, ScoreMod, MaskMod>& p_;
   KeyTiles<T>& keys_;
@@ -370,8 +399,8 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, s
     }
     T* s = scratch.s.get();
     const SoftmaxState<T> rows = state.rows_from(r0, d.Dv);
-    if constexpr (requires { products.narrow(b, h, i0, n, j0, cols); }) {
-      if (!all_full) products.narrow(b, h, i0 + r0, n, j0, cols);
+    if constexpr (requires { products.narrow(b, h, i0, n, j0, cols, kinds, kept); }) {
+      if (!all_full) products.narrow(b, h, i0 + r0, n, j0, cols, kinds + x0, kept);
     }
     products.scores(head_kv, kb, r0, n, s);
     softmax_tile(p, b, h, i0 + r0, n, j0, cols, kinds + x0, s, scratch.z.get(), rows,
