@@ -33,6 +33,9 @@ struct ErasedMask {
   void (*classify_row)(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i0,
                        std::int64_t i1, std::int64_t Tk, std::int64_t bk,
                        TileKind* kinds) = nullptr;
+  // masks::key_hull for the mod, where it bounds the keys (masks::HasKeyHull; else null).
+  KeyRange (*hull)(const void* mod, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                   std::int64_t j1) = nullptr;
   // Whether drop_row fills whole key intervals (the mod has keys() or its own drop_row) rather
   // than running the mod once per key.
   bool drops_by_interval = false;
@@ -54,6 +57,12 @@ ErasedMask erase_mask(M mod) {
   e.drop_row_f32 = &drop_row<M, float>;
   e.drop_row_f64 = &drop_row<M, double>;
   e.drops_by_interval = masks::drops_by_interval<M>;
+  if constexpr (masks::HasKeyHull<M>) {
+    e.hull = [](const void* m, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                std::int64_t j1) {
+      return masks::key_hull(*static_cast<const M*>(m), b, h, i, j0, j1);
+    };
+  }
   e.classify_row = [](const void* m, std::int64_t b, std::int64_t h, std::int64_t i0,
                       std::int64_t i1, std::int64_t Tk, std::int64_t bk, TileKind* kinds) {
     masks::classify_row(*static_cast<const M*>(m), b, h, i0, i1, Tk, bk, nullptr, kinds);

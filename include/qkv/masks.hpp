@@ -10,6 +10,9 @@
 // the block mask then needs no element walk:
 //
 //   KeyRange keys(b, h, i) const               row i keeps exactly the keys [lo, hi)
+//   KeyRange hull(b, h, i, j0, j1) const       a range within [j0, j1) holding every key of
+//       [j0, j1) that row i keeps (it may hold dropped keys too): the fused forward computes a
+//       partial tile's products only over it
 //   void classify_row(b, h, i0, i1, Tk, bk, const TileKind* only, TileKind* kinds) const
 //       the kinds of the tiles rows [i0, i1) x keys [kb bk, min((kb + 1) bk, Tk)) for every
 //       k-block kb; where only is not null, tiles with only[kb] == empty may be left empty
@@ -73,6 +76,26 @@ template <class M>
 concept HasClassifyRow = requires(const M& m, std::int64_t x, const TileKind* only, TileKind* k) {
   m.classify_row(x, x, x, x, x, x, only, k);
 };
+
+// Whether key_hull bounds M's kept keys better than the whole range asked about.
+template <class M>
+concept HasKeyHull = HasKeys<M> || requires(const M& m, std::int64_t x) {
+  { m.hull(x, x, x, x, x) } -> std::convertible_to<KeyRange>;
+};
+
+// A range within [j0, j1) that holds every key of [j0, j1) row i keeps: its interval, the mod's
+// own hull, or [j0, j1) itself.
+template <class M>
+KeyRange key_hull(const M& m, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                  std::int64_t j1) {
+  if constexpr (HasKeys<M>) {
+    return intersect(m.keys(b, h, i), {j0, j1});
+  } else if constexpr (HasKeyHull<M>) {
+    return m.hull(b, h, i, j0, j1);
+  } else {
+    return {j0, j1};
+  }
+}
 
 // Whether drop_keys fills intervals for M rather than running its mod key by key (the And and
 // Or of two parts: where both parts do).
@@ -240,6 +263,11 @@ struct And {
       classify_parts(*this, first, second, true, n, h, i0, i1, Tk, bk, only, kinds);
     }
   }
+  KeyRange hull(std::int64_t n, std::int64_t h, std::int64_t i, std::int64_t j0,
+                std::int64_t j1) const
+      requires(!(HasKeys<A> && HasKeys<B>)&&(HasKeyHull<A> || HasKeyHull<B>)) {
+    return intersect(key_hull(first, n, h, i, j0, j1), key_hull(second, n, h, i, j0, j1));
+  }
   // Each part drops its keys (with both intervals, keys() above serves instead).
   template <class T>
   void drop_row(std::int64_t n, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t cols,
@@ -260,6 +288,13 @@ struct Or {
   void classify_row(std::int64_t n, std::int64_t h, std::int64_t i0, std::int64_t i1,
                     std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const {
     classify_parts(*this, first, second, false, n, h, i0, i1, Tk, bk, only, kinds);
+  }
+  KeyRange hull(std::int64_t n, std::int64_t h, std::int64_t i, std::int64_t j0,
+                std::int64_t j1) const requires(HasKeyHull<A>&& HasKeyHull<B>) {
+    const KeyRange a = key_hull(first, n, h, i, j0, j1), c = key_hull(second, n, h, i, j0, j1);
+    if (a.empty()) return c;
+    if (c.empty()) return a;
+    return {std::min(a.lo, c.lo), std::max(a.hi, c.hi)};
   }
   // Where neither part keeps, each part by its own route (per key through operator(), Longformer's
   // band | globals took a third of its forward's partial tiles). A part with a key interval lets
@@ -416,6 +451,17 @@ struct GlobalTokens {
   }
   void classify_row(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
                     std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const;
+  // A global row: [j0, j1); any other: from the first to the last global key in [j0, j1).
+  KeyRange hull(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j0,
+                std::int64_t j1) const {
+    if (global(i)) return {j0, j1};
+    const std::int64_t before = below(j0), upto = below(j1);
+    if (upto == before) return {j0, j0};
+    const auto& c = *count;
+    const auto first = std::upper_bound(c.begin(), c.end(), before) - c.begin();  // count steps
+    const auto last = std::lower_bound(c.begin(), c.end(), upto) - c.begin();
+    return {first - 1, last};
+  }
   // A global row keeps every key; any other keeps the global keys: j where count steps up, read
   // from the table in order.
   template <class T>

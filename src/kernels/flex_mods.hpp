@@ -20,6 +20,11 @@ struct FlexMask {
   bool operator()(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
     return erased->keep(erased->mod.get(), b, h, i, j);
   }
+  // masks::key_hull of the mod (erased->hull must be set).
+  KeyRange hull(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                std::int64_t j1) const {
+    return erased->hull(erased->mod.get(), b, h, i, j0, j1);
+  }
   template <class T>
   void drop_row(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t cols,
                 T value, T* x) const {

@@ -78,9 +78,10 @@ class F32Products {
   // diagonal's upper rows, a window's edges), the next scores() and values() take only those
   // columns for that group. The built-in masks bound each row's keys by its interval (which a
   // keep-mask tensor only thins); a flex mask by its kept bits where the drop cache has them
-  // (`kept`, [n]), else not at all. The scores left out lie outside every kept key of their rows,
-  // so the mask overwrites them; the products left out would add P = 0 times a finite value (a
-  // tile with a non-finite value goes values_kept's way): the same bits.
+  // (`kept`, [n]), else by its hull (masks::key_hull) where it has one. The scores left out lie
+  // outside every kept key of their rows, so the mask overwrites them; the products left out would
+  // add P = 0 times a finite value (a tile with a non-finite value goes values_kept's way): the
+  // same bits.
   void narrow(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t n, std::int64_t j0,
               std::int64_t cols, const TileKind* kinds, const std::uint64_t* kept) {
     if constexpr (std::is_same_v<MaskMod, BuiltinMask>) {
@@ -88,14 +89,20 @@ class F32Products {
         const KeyRange keys = p_.mask_mod.interval(b, h, i0 + r);
         return KeyRange{keys.lo - j0, keys.hi - j0};
       });
-    } else {
-      if (kept == nullptr) return;
-      narrow_by(n, cols, [&](std::int64_t r) {
-        if (kinds[r / TileTraits::kBlockQ] == TileKind::full) return KeyRange{0, cols};
-        const std::uint64_t bits = kept[r];
-        if (bits == 0) return KeyRange{0, 0};
-        return KeyRange{std::countr_zero(bits), 64 - std::countl_zero(bits)};
-      });
+    } else if constexpr (std::is_same_v<MaskMod, FlexMask>) {
+      if (kept != nullptr) {
+        narrow_by(n, cols, [&](std::int64_t r) {
+          if (kinds[r / TileTraits::kBlockQ] == TileKind::full) return KeyRange{0, cols};
+          const std::uint64_t bits = kept[r];
+          if (bits == 0) return KeyRange{0, 0};
+          return KeyRange{std::countr_zero(bits), 64 - std::countl_zero(bits)};
+        });
+      } else if (p_.mask_mod.erased->hull != nullptr) {
+        narrow_by(n, cols, [&](std::int64_t r) {
+          const KeyRange keys = p_.mask_mod.hull(b, h, i0 + r, j0, j0 + cols);
+          return KeyRange{keys.lo - j0, keys.hi - j0};
+        });
+      }
     }
   }
   // s [n, kBk] <- (scale Q) K^T for tile kb, the q-block's rows [r0, r0 + n) (the pack's zero

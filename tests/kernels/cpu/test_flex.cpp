@@ -31,17 +31,31 @@ struct MaskCase {
                          std::int64_t)>
       walk;
   bool square_only = false;  // documents: one id per position, Tq = Tk
+  // The mod itself, and masks::key_hull where the mod bounds its keys (masks::HasKeyHull).
+  std::function<bool(std::int64_t, std::int64_t, std::int64_t, std::int64_t)> keep;
+  std::function<KeyRange(std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t)>
+      hull;
 };
 
 template <class M>
 MaskCase mask_case(std::string name, M mod, bool square_only = false) {
-  return {std::move(name),
-          [mod](std::int64_t B, std::int64_t H, std::int64_t Tq, std::int64_t Tk) {
-            return create_block_mask(mod, B, H, Tq, Tk);
-          },
-          [mod](std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1, std::int64_t j0,
-                std::int64_t j1) { return masks::tile_by_elements(mod, b, h, i0, i1, j0, j1); },
-          square_only};
+  MaskCase c{
+      std::move(name),
+      [mod](std::int64_t B, std::int64_t H, std::int64_t Tq, std::int64_t Tk) {
+        return create_block_mask(mod, B, H, Tq, Tk);
+      },
+      [mod](std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1, std::int64_t j0,
+            std::int64_t j1) { return masks::tile_by_elements(mod, b, h, i0, i1, j0, j1); },
+      square_only,
+      [mod](std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
+        return static_cast<bool>(mod(b, h, i, j));
+      },
+      nullptr};
+  if constexpr (masks::HasKeyHull<M>) {
+    c.hull = [mod](std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                   std::int64_t j1) { return masks::key_hull(mod, b, h, i, j0, j1); };
+  }
+  return c;
 }
 
 std::vector<MaskCase> mask_cases(std::int64_t Tq, std::int64_t Tk) {
@@ -73,6 +87,7 @@ std::vector<MaskCase> mask_cases(std::int64_t Tq, std::int64_t Tk) {
       mask_case("window_or_strided", or_masks(masks::sliding_window(8, 8), masks::strided(50))),
       mask_case("lambda", lambda),
       mask_case("causal_and_lambda", and_masks(masks::causal(), lambda)),
+      mask_case("lambda_and_window", and_masks(lambda, masks::sliding_window(10, 10))),
   };
 }
 
@@ -103,6 +118,60 @@ TEST(BlockMask, ClosedFormsMatchTheElementWalk) {
       }
       for (const TileKind kind : {TileKind::empty, TileKind::partial, TileKind::full}) {
         EXPECT_EQ(blocks.count(kind), counts[static_cast<int>(kind)]);
+      }
+    }
+  }
+}
+
+// A key hull (what the fused forward narrows a partial tile's products to) holds every key the
+// row keeps in the range asked about and lies within that range; the hulls of intervals, global
+// tokens and their unions (Longformer) are exact: from the first kept key to the last.
+TEST(BlockMask, KeyHullsHoldEveryKeptKey) {
+  const std::set<std::string> exact = {"causal",          "causal_lower_right", "sliding_window",
+                                       "key_lengths",     "prefix_lm",          "document",
+                                       "causal_document", "global_tokens",      "longformer"};
+  const std::set<std::string> with_hull = {"lambda_and_window", "causal_and_lambda"};
+  for (const auto& [Tq, Tk] : kShapes) {
+    for (const MaskCase& m : mask_cases(Tq, Tk)) {
+      if (m.square_only && Tq != Tk) continue;
+      EXPECT_EQ(m.hull != nullptr, exact.count(m.name) + with_hull.count(m.name) > 0) << m.name;
+      if (!m.hull) continue;
+      SCOPED_TRACE(m.name + " Tq " + std::to_string(Tq) + " Tk " + std::to_string(Tk));
+      std::vector<KeyRange> ranges = {{0, Tk}};
+      for (const std::int64_t width : {64, 37}) {
+        for (std::int64_t j0 = 0; j0 < Tk; j0 += width) {
+          ranges.push_back({j0, std::min(j0 + width, Tk)});  // as the kernel asks: within Tk
+        }
+      }
+      for (std::int64_t b = 0; b < 2; ++b) {
+        for (std::int64_t h = 0; h < 2; ++h) {
+          for (std::int64_t i = 0; i < Tq; ++i) {
+            for (const KeyRange range : ranges) {
+              const KeyRange hull = m.hull(b, h, i, range.lo, range.hi);
+              std::int64_t first = -1, last = -1;
+              for (std::int64_t j = range.lo; j < range.hi; ++j) {
+                if (!m.keep(b, h, i, j)) continue;
+                if (first < 0) first = j;
+                last = j;
+              }
+              const std::string at = "b " + std::to_string(b) + " h " + std::to_string(h) + " i " +
+                                     std::to_string(i) + " keys [" + std::to_string(range.lo) +
+                                     ", " + std::to_string(range.hi) + ")";
+              if (first < 0) {
+                if (exact.count(m.name)) {
+                  EXPECT_TRUE(hull.empty()) << at;
+                }
+                continue;
+              }
+              ASSERT_TRUE(hull.lo >= range.lo && hull.hi <= range.hi) << at;
+              ASSERT_TRUE(hull.lo <= first && last < hull.hi) << at;
+              if (exact.count(m.name)) {
+                ASSERT_EQ(hull.lo, first) << at;
+                ASSERT_EQ(hull.hi, last + 1) << at;
+              }
+            }
+          }
+        }
       }
     }
   }
