@@ -527,6 +527,20 @@ struct Strided {
   }
   void classify_row(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
                     std::int64_t Tk, std::int64_t bk, const TileKind* only, TileKind* kinds) const;
+  // From the first kept key in [j0, j1) to the last: the lowest key i - m stride at or after j0
+  // (m >= 1), and the local interval's end, or the highest such key where the range stops short
+  // of the interval. Far from the diagonal a tile row keeps one key in each stride.
+  KeyRange hull(std::int64_t, std::int64_t, std::int64_t i, std::int64_t j0,
+                std::int64_t j1) const {
+    const std::int64_t end = std::min(j1, i + 1);
+    if (j0 >= end) return {j0, j0};
+    const std::int64_t first = i - (i - j0) / stride * stride;           // >= j0
+    const std::int64_t last = i - (i - end + stride) / stride * stride;  // < end
+    const KeyRange local = intersect({i - stride + 1, i + 1}, {j0, end});
+    const bool strided = first < end;
+    if (local.empty()) return strided ? KeyRange{first, last + 1} : KeyRange{j0, j0};
+    return {strided ? std::min(first, local.lo) : local.lo, local.hi};
+  }
   // x[c] <- value where row i drops key j0 + c (c < cols): fills between the kept keys, which
   // are every stride-th key below the local interval, then the interval (key by key with a test
   // each, this was a fifth of a strided forward: T = 8192, stride 91, 2 threads, AMD EPYC Zen 3).
