@@ -534,13 +534,8 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
         all_finite(copy_dout ? dout_heads.get() + first * d.Dv : p.dout.at(b, i0, h), rows * d.Dv);
   };
   packed.ensure_rows = [&](std::int64_t head, std::int64_t qb, std::int64_t ahead) {
-    rows_once.ensure(
-        head * q_blocks + qb, [&] { pack_rows_of(head, qb); },
-        [&] {
-          if (ahead >= 0) {
-            rows_once.try_run(head * q_blocks + ahead, [&] { pack_rows_of(head, ahead); });
-          }
-        });
+    rows_once.ensure(head * q_blocks + qb, ahead >= 0 ? head * q_blocks + ahead : -1,
+                     [&](std::int64_t slot) { pack_rows_of(head, slot - head * q_blocks); });
   };
   // K^T and V^T only for the f32 products; K (rows) always: products_kept reads it.
   const std::int64_t transposed = bf16 ? 1 : d.B * d.Hk * packed.tk_pad;

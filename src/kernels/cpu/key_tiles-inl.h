@@ -51,11 +51,8 @@ class KeyTiles {
   // another thread packs it, packs tile `ahead` of the head (>= 0: the one the caller reads next)
   // if no thread has started that one.
   void ensure(std::int64_t bh, std::int64_t kb, std::int64_t ahead = -1) {
-    once_.ensure(
-        bh * tiles_ + kb, [&] { pack(bh, kb); },
-        [&] {
-          if (ahead >= 0) once_.try_run(bh * tiles_ + ahead, [&] { pack(bh, ahead); });
-        });
+    once_.ensure(bh * tiles_ + kb, ahead >= 0 ? bh * tiles_ + ahead : -1,
+                 [&](std::int64_t tile) { pack(bh, tile - bh * tiles_); });
   }
   const T* kt(std::int64_t bh, std::int64_t kb) const { return at(kt_.get(), dim_, bh, kb); }
   // V's rows [kb kBk, kb kBk + kBk) (the valid ones of a last partial tile: the products read

@@ -23,24 +23,28 @@ class PackOnce {
     for (std::int64_t t = 0; t < tiles; ++t) state_[t].store(kEmpty, std::memory_order_relaxed);
   }
 
-  // Runs pack() for tile t if no thread has; returns once the tile is packed (waiting for the
-  // thread that packs it, if another one does, after calling help(): work of its own meanwhile,
-  // such as try_run on a tile it needs next). pack and help must not throw.
-  template <class Pack, class Help>
-  void ensure(std::int64_t t, Pack&& pack, Help&& help) const {
+  // Runs pack(t) for tile t if no thread has; returns once the tile is packed (waiting for the
+  // thread that packs it, if another one does). While it waits, it first runs pack(ahead) if
+  // ahead >= 0 and no thread has started that tile: the caller's next tile, so that two threads
+  // needing the same tiles in the same order share the packing instead of one waiting for every
+  // tile the other packs. pack must not throw.
+  template <class Pack>
+  void ensure(std::int64_t t, std::int64_t ahead, Pack&& pack) const {
     std::atomic<std::uint8_t>& state = state_[t];
     if (state.load(std::memory_order_acquire) == kReady) return;
-    if (try_run(t, pack)) return;
-    help();
+    if (try_run(t, [&] { pack(t); })) return;
+    if (ahead >= 0) try_run(ahead, [&] { pack(ahead); });
     // Another thread packs it: a tile takes microseconds, but that thread may lose its core on a
     // shared host, so yield rather than spin.
     while (state.load(std::memory_order_acquire) != kReady) std::this_thread::yield();
   }
+  // pack() for tile t as above, without a tile ahead.
   template <class Pack>
   void ensure(std::int64_t t, Pack&& pack) const {
-    ensure(t, pack, [] {});
+    ensure(t, -1, [&](std::int64_t) { pack(); });
   }
 
+ private:
   // Runs pack() for tile t if no thread has started it (true), else returns at once (false).
   template <class Pack>
   bool try_run(std::int64_t t, Pack&& pack) const {
@@ -55,7 +59,6 @@ class PackOnce {
     return true;
   }
 
- private:
   static constexpr std::uint8_t kEmpty = 0, kBusy = 1, kReady = 2;
   std::unique_ptr<std::atomic<std::uint8_t>[]> state_;
 };

@@ -50,11 +50,8 @@ class PairTiles {
   // another thread packs it, packs tile `ahead` of the head (>= 0: the one the caller reads next)
   // if no thread has started that one.
   void ensure(std::int64_t bh, std::int64_t kb, std::int64_t ahead = -1) {
-    once_.ensure(
-        bh * tiles_ + kb, [&] { pack(bh, kb); },
-        [&] {
-          if (ahead >= 0) once_.try_run(bh * tiles_ + ahead, [&] { pack(bh, ahead); });
-        });
+    once_.ensure(bh * tiles_ + kb, ahead >= 0 ? bh * tiles_ + ahead : -1,
+                 [&](std::int64_t tile) { pack(bh, tile - bh * tiles_); });
   }
   const std::uint16_t* kp(std::int64_t bh, std::int64_t kb) const {
     return kp_.get() + offset(bh, kb) * depth_;
