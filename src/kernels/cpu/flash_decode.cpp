@@ -63,14 +63,19 @@ void prefetch_key(const Rows<const E>& rows, std::int64_t b, std::int64_t j, std
 // ahead as well (8 to 32 keys, or the next tile's K during decode_values) measured no better;
 // nor on an Intel Xeon (AVX512-BF16, AMX; 2026-11-27, f16 cache, Tk = 65536, three alternated
 // runs, ms): 13.9, 14.0, 14.3 without, 14.9, 15.4, 15.8 with K 8 keys ahead, 15.2, 15.7, 15.7
-// at 32.
+// at 32. A cache stored heads first, where an item reads one k/v head (decode_impl), also asks
+// for K k_ahead keys ahead (0: not), see kHeadsFirstKAhead.
 template <class T, class ScoreMod, class MaskMod, class E>
 void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& k_rows,
                    const Rows<const E>& v_rows, const T* q_scaled, std::int64_t b, HeadRange heads,
-                   std::int64_t live, std::int64_t j0, std::int64_t cols, T* S) {
+                   std::int64_t live, std::int64_t j0, std::int64_t cols, std::int64_t k_ahead,
+                   T* S) {
   const Dims& d = p.dims;
   for (std::int64_t c = 0; c < cols; ++c) {
     prefetch_key(v_rows, b, j0 + c, heads.lo / d.group(), heads.hi / d.group(), d.Dv);
+    if (k_ahead > 0 && j0 + c + k_ahead < d.Tk) {
+      prefetch_key(k_rows, b, j0 + c + k_ahead, heads.lo / d.group(), heads.hi / d.group(), d.D);
+    }
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
       const E* k = k_rows.at(b, j0 + c, h / d.group());
       for (std::int64_t i = 0; i < live; ++i) {
@@ -277,9 +282,22 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
   // 1, Tk = 4096, D = 128, H = 8, 2 threads: 13.7-14.4 GB/s in 4 items of all heads, 8.3 GB/s
   // in 8 items of half the heads; Tk = 1024: 9.6-10.6 GB/s in 2 groups, ~7 in 1 item). A
   // partial's arithmetic does not depend on which item computes it, so neither do the results.
+  // A cache stored heads first ([B, H, T, D], as PyTorch's caches: a k/v head's keys lie closer
+  // together than a key's heads) is dealt out one k/v head an item instead, so that an item reads
+  // one run of K and one of V; key by key across the heads, each key's rows would lie on Hk pages
+  // of K and Hk of V. It also asks for K kHeadsFirstKAhead keys ahead, where the contiguous rows
+  // of [B, T, H, D] need no help (decode_scores). A driver alternating the layouts call by call
+  // (qkv::attention_forward, f16 cache, Tq = 1, H = 8, D = 128, 2 threads, AMD EPYC (avx2
+  // avx512_bf16 avx512f) Zen 5 VM, 2026-11-28, medians of 21 to 41 calls), heads first over [B,
+  // T, H, D]: Tk = 65536: 1.46 before, 1.21 one head an item, 1.23 / 1.14 / 1.13 / 1.22 with K
+  // 4 / 8 / 16 / 32 keys ahead; Tk = 16384: 1.68 before, 1.13, 1.06 / 1.00 at 8 / 16.
   constexpr std::int64_t kItemsPerThread = 1;
+  constexpr std::int64_t kHeadsFirstKAhead = 16;
+  const bool heads_first = k.head > k.row;
+  const std::int64_t k_ahead = heads_first ? kHeadsFirstKAhead : 0;
   const std::int64_t want_groups =
-      (kItemsPerThread * omp_get_max_threads() + d.B * splits - 1) / (d.B * splits);
+      heads_first ? d.Hk
+                  : (kItemsPerThread * omp_get_max_threads() + d.B * splits - 1) / (d.B * splits);
   const std::int64_t kv_per_group =
       (d.Hk + std::min(want_groups, d.Hk) - 1) / std::min(want_groups, d.Hk);
   const std::int64_t groups = (d.Hk + kv_per_group - 1) / kv_per_group;
@@ -322,7 +340,8 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
         if (grouped) {
           grouped_scores(d, k, v, b, hk_lo, hk_hi, j0, cols, products, scratch.s.get());
         } else {
-          decode_scores(p, k, v, q_scaled.get(), b, heads, live, j0, cols, scratch.s.get());
+          decode_scores(p, k, v, q_scaled.get(), b, heads, live, j0, cols, k_ahead,
+                        scratch.s.get());
         }
         decode_softmax(p, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), scratch.z.get(),
                        state);

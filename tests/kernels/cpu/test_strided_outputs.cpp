@@ -211,6 +211,20 @@ std::vector<StridedCase> cases() {
   decode.padding = true;
   decode.softcap = 20;
   shapes.push_back(decode);
+  // Decode over several key splits with k/v heads: heads first, each item reads one k/v head
+  // (flash_decode.cpp); with 8 query rows a k/v head, the grouped products.
+  FusedCase splits;
+  splits.B = 1;
+  splits.Tq = 1;
+  splits.Tk = 2100;
+  splits.Hq = 4;
+  splits.Hk = 2;
+  splits.D = 32;
+  splits.Dv = 32;
+  splits.padding = true;
+  shapes.push_back(splits);
+  splits.Hq = 16;
+  shapes.push_back(splits);
   std::vector<StridedCase> all;
   for (const FusedCase& shape : shapes) {
     for (DType dtype : {DType::f32, DType::f64}) {
