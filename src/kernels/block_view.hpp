@@ -26,11 +26,18 @@ class BlockView {
     const auto at = static_cast<std::size_t>(head(b, h) * d_->q_blocks + qb);
     return {d_->k_lo[at], d_->k_hi[at]};
   }
-  // Whether most tiles are empty: the kernels then take 64-row q-blocks and walk the heads inside
-  // each block of rows (flash_fwd.cpp, flash_bwd.cpp).
+  // Whether most tiles are empty: the kernels then take 64-row q-blocks, and walk the heads inside
+  // each block of rows (flash_bwd.cpp; flash_fwd.cpp where its heads_inside says so).
   bool sparse() const {
     return 2 * d_->counts[static_cast<int>(TileKind::empty)] >
            static_cast<std::int64_t>(d_->kinds.size());
+  }
+  std::int64_t count(TileKind kind) const { return d_->counts[static_cast<int>(kind)]; }
+  // The tiles a q-block keeps, on average over the mask's q-blocks.
+  double kept_per_q_block() const {
+    const auto tiles = static_cast<double>(d_->kinds.size());
+    return (tiles - static_cast<double>(d_->counts[static_cast<int>(TileKind::empty)])) /
+           (tiles / static_cast<double>(d_->k_blocks));
   }
   KeyRange q_span(std::int64_t b, std::int64_t h, std::int64_t kb) const {
     const auto at = static_cast<std::size_t>(head(b, h) * d_->k_blocks + kb);

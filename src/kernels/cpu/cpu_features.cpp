@@ -62,6 +62,7 @@ CpuFeatures detect() {
     const std::size_t first = f.brand.find_first_not_of(' ');
     f.brand = first == std::string::npos ? "" : f.brand.substr(first);
   }
+  if (const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE); l2 > 0) f.l2_bytes = l2;
   const unsigned base_family = (leaf1.eax >> 8) & 0xf;
   f.family = base_family == 0xf ? base_family + ((leaf1.eax >> 20) & 0xff) : base_family;
   if (!bit(leaf1.ecx, 27)) return f;  // no OSXSAVE: no AVX state, nothing below is usable

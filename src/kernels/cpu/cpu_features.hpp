@@ -23,6 +23,9 @@ struct CpuFeatures {
   unsigned family = 0;
   // The processor's brand string (CPUID 0x80000002-4, as /proc/cpuinfo's "model name"), or "".
   std::string brand;
+  // One core's L2 cache in bytes, as the C library reads it (sysconf(_SC_LEVEL2_CACHE_SIZE));
+  // 1 MiB where it tells nothing.
+  long l2_bytes = 1L << 20;
   // The names (as /proc/cpuinfo spells them) of the features above that are usable.
   std::vector<std::string> names() const;
 };

@@ -20,6 +20,7 @@
 #include "hwy/highway.h"
 #include "kernels/block_view.hpp"
 #include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/decode.hpp"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
@@ -448,6 +449,39 @@ void forward_blocks(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t block
   }
 }
 
+// Whether a sparse mask's items go q-block by q-block, every head of one before the next
+// (forward_blocks' heads_inner), rather than head by head. Heads inside: the heads' rows of a [B,
+// T, H, D] tensor lie side by side, so consecutive items read Q, K and V and write the output in
+// the same pages. Heads outside: a head's consecutive q-blocks share tiles (a window's, global
+// tokens'), which stay in the core's L2 only if the items between two uses of a tile do not push
+// it out; walking the heads inside, that is a round of heads, ceil(B Hq / threads) items a
+// thread, each reading its q-block's kept tiles of K^T and V (element_bytes each). So the heads go
+// inside while such a round's tiles fill at most half of L2, and always for a mask whose partial
+// tiles' bits the DropCache keeps for the next heads of the same rows (a lambda's: the window as a
+// lambda went from 1.28, 1.31, 1.23 to 1.39, 1.43, 1.38 with the heads outside on the Zen 5 VM
+// below, three alternated runs of `qkv bench --variants --T 8192 --pass fwd`). Measured, T = 8192,
+// H = 8, D = 64,
+// f32, 2 threads, time over full x kept tiles (`qkv bench --variants`, or a driver alternating
+// full and the pattern call by call), heads inside -> outside:
+// - Intel Xeon VM (AVX-512, AMX; L2 2 MiB), 2026-11-27, builds alternated: window 1.39, 1.41 ->
+//   1.50, 1.51; Longformer 1.41 either way; BigBird 1.29-1.32 either way. Rounds of ~0.6 / 0.9 /
+//   1.3 MiB, under half of L2 but BigBird's.
+// - AMD EPYC (avx2 avx512_bf16 avx512f) Zen 5 VM (L2 1 MiB), 2026-11-28, `qkv bench --variants
+//   --T 8192 --pass fwd --threads 2`, builds alternated three times: window 1.28, 1.21, 1.29 ->
+//   1.24, 1.24, 1.25; Longformer 1.17, 1.12, 1.19 -> 1.11, 1.19, 1.16; BigBird 1.34, 1.32, 1.33 ->
+//   1.18, 1.25, 1.24; 8 documents 1.10 -> 1.07-1.10. Every round over half of L2 there.
+template <class T, class ScoreMod, class MaskMod>
+bool heads_inside(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t element_bytes) {
+  const Dims& d = p.dims;
+  const BlockView blocks(p.blocks);
+  if (DropCache::serves(p.mask_mod, *p.blocks) && blocks.count(TileKind::partial) > 0) return true;
+  const std::int64_t threads = omp_get_max_threads();
+  const double round_bytes = static_cast<double>((d.B * d.Hq + threads - 1) / threads) *
+                             blocks.kept_per_q_block() *
+                             static_cast<double>(kBk * (d.D + d.Dv) * element_bytes);
+  return round_bytes <= 0.5 * static_cast<double>(cpu_features().l2_bytes);
+}
+
 // Prefill and training shapes: K and V packed once per call (KeyTiles, or PairTiles for the bf16
 // products), work split over (b, h, q-block).
 template <class T, class ScoreMod, class MaskMod>
@@ -455,12 +489,8 @@ void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
   const Dims& d = p.dims;
   // A sparse mask (most tiles empty) keeps 64-row blocks: a 128-row block computes the union of
   // its two halves' tiles, and its K and V tiles fit the cache anyway (qkv bench --variants, T =
-  // 8192, fwd, AMD EPYC Zen 3: bigbird's time over full x kept tiles was 2.06 with 128 rows). And
-  // its items go q-block by q-block, every head of one before the next (heads_inner): the heads'
-  // rows of a [B, T, H, D] tensor lie side by side, so consecutive items read Q, K and V and write
-  // the output in the same pages (T = 8192, H = 8, 2 threads of an Intel Xeon VM, 2026-11-27, time
-  // over full x kept tiles, builds alternated: window 1.50, 1.51 -> 1.39, 1.41; Longformer 1.41
-  // either way; BigBird 1.29-1.32 either way; heads-first inputs unchanged).
+  // 8192, fwd, AMD EPYC Zen 3: bigbird's time over full x kept tiles was 2.06 with 128 rows). Its
+  // items' order: heads_inside.
   const bool sparse = BlockView(p.blocks).sparse();
   const std::int64_t block =
       sparse
@@ -471,14 +501,14 @@ void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
     if (p.half_kv.kind == HalfKind::bf16 && p.half_kv.q.data != nullptr &&
         fused_bf16_path(d.Tk, path)) {
       PairTiles pairs(d, p.half_kv.k, p.half_kv.v);
-      forward_blocks(p, block, sparse, [&](ForwardScratch<T>&) {
+      forward_blocks(p, block, sparse && heads_inside(p, 2), [&](ForwardScratch<T>&) {
         return Bf16Products<ScoreMod, MaskMod>(p, pairs, path, block);
       });
       return;
     }
   }
   KeyTiles<T> keys(d, p.k, p.v, p.half_kv);
-  forward_blocks(p, block, sparse, [&](ForwardScratch<T>& scratch) {
+  forward_blocks(p, block, sparse && heads_inside(p, sizeof(T)), [&](ForwardScratch<T>& scratch) {
     return F32Products<T, ScoreMod, MaskMod>(p, keys, scratch);
   });
 }

@@ -327,6 +327,32 @@ TEST(FlexAttention, LambdasSharedByTheHeadsEqualTheBuiltInBitwise) {
   set_num_threads(threads);
 }
 
+// A sparse forward walks its items head by head where a round of heads' tiles would not stay in
+// L2, and a lambda's partial tiles always q-block by q-block (flash_fwd.cpp, heads_inside): with
+// 32 heads of D 64 a window's round is megabytes, so the built-in window goes head by head and
+// the lambda does not. The order of the items leaves every result's bits as they are.
+TEST(FlexAttention, ItemOrdersOfASparseForwardGiveTheSameBits) {
+  const std::int64_t T = 1000;
+  auto window = [](std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) {
+    return i - j <= 150 && j - i <= 150;
+  };
+  const BlockMask lambda = create_block_mask(window, 1, 1, T, T);
+  const BlockMask builtin = create_block_mask(masks::sliding_window(150, 150), 1, 1, T, T);
+  const int threads = num_threads();
+  for (const int n : {1, threads}) {
+    SCOPED_TRACE(std::to_string(n) + " threads");
+    set_num_threads(n);
+    const Inputs in = inputs(1, T, T, 32, 32, 64, DType::f32, 23);
+    FlexOptions o;
+    o.backend = Backend::cpu;
+    const AttentionOutput got = flex_attention(in.q, in.k, in.v, lambda, o);
+    const AttentionOutput want = flex_attention(in.q, in.k, in.v, builtin, o);
+    EXPECT_EQ(max_error(got.out, want.out), 0.0);
+    EXPECT_EQ(max_error(got.lse, want.lse), 0.0);
+  }
+  set_num_threads(threads);
+}
+
 // Score mods: a generic lambda for ALiBi equals the built-in ALiBi option (f64); a soft cap as a
 // lambda on qkv::tanh equals the built-in cap to rounding.
 TEST(FlexAttention, ScoreModsMatchTheBuiltInOptions) {
