@@ -478,10 +478,10 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   // (dQ's partials are head by head too). T = 2048, H = 8, 2 threads, median fraction of the FMA
   // burst measured beside each rep: D = 64 0.61 -> 0.71, D = 128 0.63 -> 0.71.
   const std::int64_t rows_all = d.B * d.Hq * d.Tq;
-  auto delta = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all, 1)));
+  const auto delta = allocate_large<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all, 1)));
   // lse as [B, Hq, Tq] side by side (the caller's may have any strides): a tile reads the rows
   // of its q-block together.
-  auto lse = hwy::AllocateAligned<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all, 1)));
+  const auto lse = allocate_large<T>(static_cast<size_t>(std::max<std::int64_t>(rows_all, 1)));
   const auto q_heads = allocate_large<T>(static_cast<size_t>(std::max<std::int64_t>(q_elems, 1)));
   Packed<T> packed;
   packed.hk = d.Hk;
