@@ -457,19 +457,16 @@ void forward_blocks(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t block
 // it out; walking the heads inside, that is a round of heads, ceil(B Hq / threads) items a
 // thread, each reading its q-block's kept tiles of K^T and V (element_bytes each). So the heads go
 // inside while such a round's tiles fill at most half of L2, and always for a mask whose partial
-// tiles' bits the DropCache keeps for the next heads of the same rows (a lambda's: the window as a
-// lambda went from 1.28, 1.31, 1.23 to 1.39, 1.43, 1.38 with the heads outside on the Zen 5 VM
-// below, three alternated runs of `qkv bench --variants --T 8192 --pass fwd`). Measured, T = 8192,
-// H = 8, D = 64,
-// f32, 2 threads, time over full x kept tiles (`qkv bench --variants`, or a driver alternating
-// full and the pattern call by call), heads inside -> outside:
-// - Intel Xeon VM (AVX-512, AMX; L2 2 MiB), 2026-11-27, builds alternated: window 1.39, 1.41 ->
-//   1.50, 1.51; Longformer 1.41 either way; BigBird 1.29-1.32 either way. Rounds of ~0.6 / 0.9 /
-//   1.3 MiB, under half of L2 but BigBird's.
-// - AMD EPYC (avx2 avx512_bf16 avx512f) Zen 5 VM (L2 1 MiB), 2026-11-28, `qkv bench --variants
-//   --T 8192 --pass fwd --threads 2`, builds alternated three times: window 1.28, 1.21, 1.29 ->
-//   1.24, 1.24, 1.25; Longformer 1.17, 1.12, 1.19 -> 1.11, 1.19, 1.16; BigBird 1.34, 1.32, 1.33 ->
-//   1.18, 1.25, 1.24; 8 documents 1.10 -> 1.07-1.10. Every round over half of L2 there.
+// tiles' bits the DropCache keeps for the next heads of the same rows (a lambda's). Measured, T =
+// 8192, H = 8, D = 64, f32, 2 threads, time over full x kept tiles (`qkv bench --variants --T
+// 8192 --pass fwd --threads 2`, builds alternated), heads inside -> outside:
+// - Intel Xeon VM (AVX-512, AMX; 2 MiB of L2 a core), 2026-11-27: window 1.39, 1.41 -> 1.50,
+//   1.51; Longformer 1.41 either way; BigBird 1.29-1.32 either way. Rounds of ~0.6 / 0.9 / 1.3
+//   MiB: under half of L2 but BigBird's.
+// - AMD EPYC (avx2 avx512_bf16 avx512f) Zen 5 VM (1 MiB of L2), 2026-11-28, three runs each:
+//   window 1.28, 1.21, 1.29 -> 1.24, 1.24, 1.25; Longformer 1.17, 1.12, 1.19 -> 1.11, 1.19, 1.16;
+//   BigBird 1.34, 1.32, 1.33 -> 1.18, 1.25, 1.24; 8 documents 1.10 -> 1.07-1.10 (every round over
+//   half of L2 there); the window as a lambda 1.28, 1.31, 1.23 -> 1.39, 1.43, 1.38.
 template <class T, class ScoreMod, class MaskMod>
 bool heads_inside(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t element_bytes) {
   const Dims& d = p.dims;
