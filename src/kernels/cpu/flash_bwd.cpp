@@ -19,10 +19,12 @@
 #include <vector>
 
 #include "hwy/aligned_allocator.h"
+#include "hwy/cache_control.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/block_view.hpp"
 #include "kernels/cpu/bf16_grads-inl.h"
+#include "kernels/cpu/drop_cache-inl.h"
 #include "kernels/cpu/entry.hpp"
 #include "kernels/cpu/gemm-inl.h"
 #include "kernels/cpu/large_buffer.hpp"
@@ -180,6 +182,57 @@ void products_kept(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std
   }
 }
 
+// Rows an item will soon read from memory or write to it, asked of the cache a few lines at a
+// time between the rows of each tile's softmax, so that the misses overlap the products. Out of
+// cache, a window's k-block waited on them: packing the rows of its new q-block (Q, dO, O read
+// 2 KiB apart in [B, T, H, D]) took ~12k TSC ticks, packing its K and V tiles ~10k, writing its
+// dK and dV rows ~6k, against ~30k for each of its 5 tiles; asked for early, ~5k, ~7.5k and ~2.3k
+// (rdtsc, T = 8192, H = 8, D = 64, 2 threads, AMD EPYC (avx2 avx512_bf16 avx512f), 2026-11-28).
+// In bursts (a whole stream at once) the requests queued behind the core's few outstanding misses
+// and stalled the tile instead; asked for a k-block ahead, the q-block's rows were evicted before
+// use (every row of a head falls in the same 128 of L2's 1024 sets). Time over full x kept tiles,
+// three alternated runs: window 1.26, 1.26, 1.27 -> 1.20, 1.21, 1.22; Longformer and BigBird
+// within the noise (+-2%).
+class Upcoming {
+ public:
+  // rows of `bytes` bytes from `first`, row_stride bytes apart; write: to be written.
+  void add(const void* first, std::int64_t row_stride, std::int64_t rows, std::int64_t bytes,
+           bool write) {
+    if (count_ == kMaxStreams || rows <= 0) return;
+    streams_[count_++] = {static_cast<const char*>(first), row_stride, rows, bytes, write};
+    lines_ += rows * ((bytes + 63) / 64);
+  }
+  std::int64_t lines() const { return lines_; }
+  // The next n lines, stream by stream in the order added.
+  void fetch(std::int64_t n) {
+    for (; n > 0 && at_ < count_; --n) {
+      const Stream& s = streams_[at_];
+      const char* line = s.first + row_ * s.stride + byte_;
+      if (s.write) {
+        __builtin_prefetch(line, 1);
+      } else {
+        hwy::Prefetch(line);
+      }
+      if ((byte_ += 64) < s.bytes) continue;
+      byte_ = 0;
+      if (++row_ < s.rows) continue;
+      row_ = 0;
+      ++at_;
+    }
+  }
+
+ private:
+  struct Stream {
+    const char* first;
+    std::int64_t stride, rows, bytes;
+    bool write;
+  };
+  static constexpr int kMaxStreams = 16;
+  Stream streams_[kMaxStreams] = {};
+  int count_ = 0, at_ = 0;
+  std::int64_t row_ = 0, byte_ = 0, lines_ = 0;
+};
+
 // S [rows, kBk] <- (scale q_i) . k_j for the rows [row0, row0 + rows) of [B, Hq, Tq] against the
 // keys [j0, j0 + cols) of k/v head `head` (b * Hk + hk); columns past cols hold 0 (the pack's
 // zero padding, or set here), which soft-capping reads with the rest of the row before the mask
@@ -219,7 +272,8 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
                    const T* delta, std::int64_t b, std::int64_t h, std::int64_t i0,
                    std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
                    BackwardScratch<T>& scratch, Bf16Scratch* bf16_scratch, const DqPart<T>& dq_part,
-                   const detail::CaptureSink<T>& sink) {
+                   const detail::CaptureSink<T>& sink, const std::uint64_t* kept,
+                   Upcoming& upcoming, std::int64_t per_row) {
   const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
   const std::int64_t head = b * d.Hk + hk;
@@ -244,8 +298,9 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
   // by its row sum (inv_sigma)
   tile_scores(d, packed, p.scale, head, row0, rows, j0, cols, P);
   if (p.captured > 0) std::copy_n(P, rows * kBk, scratch.raw.get());
-  score_tile(p, b, h, i0, rows, j0, cols, &kind, P, slope ? grad : static_cast<T*>(nullptr));
+  score_tile(p, b, h, i0, rows, j0, cols, &kind, P, slope ? grad : static_cast<T*>(nullptr), kept);
   for (std::int64_t r = 0; r < rows; ++r) {
+    upcoming.fetch(per_row);
     T* row = P + r * kBk;
     if (lse_row[r] == kNegInf) {
       std::fill(row, row + kBk, T(0));  // every key of this row dropped: zero gradients
@@ -293,6 +348,7 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
                dP, kBk, false);
   }
   for (std::int64_t r = 0; r < rows; ++r) {
+    upcoming.fetch(per_row);
     T* dp = dP + r * kBk;
     const T* pr = P + r * kBk;
     if (lse_row[r] == kNegInf) {  // zero gradients, whatever dO, O and V hold
@@ -404,7 +460,7 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
                    const T* delta, std::int64_t b_lo, std::int64_t b_hi, std::int64_t hk_lo,
                    std::int64_t hk_hi, std::int64_t kb_lo, std::int64_t kb_hi,
                    BackwardScratch<T>& scratch, Bf16Scratch* bf16_scratch, const DqPart<T>& dq_part,
-                   const detail::CaptureSink<T>& sink) {
+                   const detail::CaptureSink<T>& sink, const PartialTileBits* bits) {
   const Dims& d = p.dims;
   const BlockView blocks(p.blocks);
   for (std::int64_t b = b_lo; b < b_hi; ++b) {
@@ -423,11 +479,44 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
           std::fill(bf16_scratch->dvt.get(), bf16_scratch->dvt.get() + packed.bf16->cols_dv() * kBk,
                     0.0f);
         }
+        // Asked of the cache during this k-block's tiles: the rows of each head's first q-block
+        // that the previous k-block did not reach (a window's next rows), the next k-block's K
+        // and V rows, and this k-block's dK and dV rows.
+        Upcoming upcoming;
+        std::int64_t tiles = 0;
+        const std::int64_t size = static_cast<std::int64_t>(sizeof(T));
+        for (std::int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
+          const KeyRange queries = blocks.q_span(b, h, kb);
+          for (std::int64_t qb = queries.lo; qb < queries.hi; ++qb) {
+            tiles += blocks.kind_t(b, h, kb, qb) != TileKind::empty;
+          }
+          const std::int64_t qb =
+              kb == 0 ? queries.lo : std::max(queries.lo, blocks.q_span(b, h, kb - 1).hi);
+          if (qb >= queries.hi) continue;
+          const std::int64_t i0 = qb * kBq, rows = std::min(kBq, d.Tq - i0);
+          upcoming.add(p.q.at(b, i0, h), p.q.row * size, rows, d.D * size, false);
+          upcoming.add(p.dout.at(b, i0, h), p.dout.row * size, rows, d.Dv * size, false);
+          upcoming.add(p.out.at(b, i0, h), p.out.row * size, rows, d.Dv * size, false);
+        }
+        if (kb + 1 < kb_hi) {
+          const std::int64_t keys = std::min(kBk, d.Tk - j0 - kBk);
+          upcoming.add(p.k.at(b, j0 + kBk, hk), p.k.row * size, keys, d.D * size, false);
+          upcoming.add(p.v.at(b, j0 + kBk, hk), p.v.row * size, keys, d.Dv * size, false);
+        }
+        upcoming.add(p.dk.at(b, j0, hk), p.dk.row * size, cols, d.D * size, true);
+        upcoming.add(p.dv.at(b, j0, hk), p.dv.row * size, cols, d.Dv * size, true);
+        // A tile's two row loops share its part.
+        const std::int64_t per_row =
+            tiles == 0 ? 0 : (upcoming.lines() + 2 * kBq * tiles - 1) / (2 * kBq * tiles);
         for (std::int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
           const KeyRange queries = blocks.q_span(b, h, kb);  // in q-blocks
+          std::int64_t partials = 0;                         // met in this k-block of this head
           for (std::int64_t qb = queries.lo; qb < queries.hi; ++qb) {
             const TileKind kind = blocks.kind_t(b, h, kb, qb);
             if (kind == TileKind::empty) continue;
+            const std::uint64_t* kept = bits != nullptr && kind == TileKind::partial
+                                            ? bits->tile(b, kb, partials++)
+                                            : nullptr;
             const std::int64_t i0 = qb * kBq;
             const std::int64_t rows = std::min({kBq, d.Tq - i0, row_limit(p.mask_mod, b) - i0});
             if (rows <= 0) continue;
@@ -442,7 +531,7 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
                               (qb + 1) * kBq < row_limit(p.mask_mod, b);
             packed.ensure_rows(b * d.Hq + h, qb, next ? qb + 1 : -1);
             backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch,
-                          bf16_scratch, dq_part, sink);
+                          bf16_scratch, dq_part, sink, kept, upcoming, per_row);
           }
         }
         if (bf16_scratch != nullptr) {  // the transposed sums of the bf16 products added
@@ -625,6 +714,14 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
     at += d.B * d.Hq * part.slots * kBq * d.D;
   }
 
+  // A lambda's partial tiles (drop_cache-inl.h): their kept bits once for all heads.
+  std::optional<PartialTileBits> partial_bits;
+  if constexpr (std::is_same_v<MaskMod, FlexMask>) {
+    if (DropCache::serves(p.mask_mod, *p.blocks) && blocks.count(TileKind::partial) > 0) {
+      partial_bits.emplace(p.mask_mod, *p.blocks, T(0));
+      if (!partial_bits->built()) partial_bits.reset();
+    }
+  }
   const std::int64_t items = nb * nh * chunks;
   // Under a sparse mask, the items of one key chunk for every head one after another: the heads'
   // rows of a [B, T, H, D] tensor lie side by side, so the two threads read and write rows of the
@@ -670,7 +767,7 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
                     shared_h ? d.Hk : hi + 1, chunk * k_blocks / chunks,
                     (chunk + 1) * k_blocks / chunks, scratch,
                     bf16_scratch ? &*bf16_scratch : nullptr, parts[static_cast<size_t>(chunk)],
-                    sink);
+                    sink, partial_bits ? &*partial_bits : nullptr);
     }
   }
   for (int c = 0; c < p.captured; ++c) {

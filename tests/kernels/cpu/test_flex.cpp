@@ -283,7 +283,8 @@ TEST(FlexAttention, LambdaEqualsTheBuiltInBitwise) {
 
 // Lambdas the same for every head, over sparse patterns: the forward takes each q-block's heads
 // one after another and reads the kept keys of its partial tiles from the first head's
-// evaluation (kernels/cpu/drop_cache-inl.h). Bitwise the built-in with the same rule, for a
+// evaluation, and the backward from one evaluation of every partial tile before its items
+// (kernels/cpu/drop_cache-inl.h). Bitwise the built-in with the same rule, for a
 // window (block mask for one batch and head) and for documents that differ by batch (a block mask
 // per batch), with GQA and lengths off the tiles, f32 and f64, on one thread and on several.
 TEST(FlexAttention, LambdasSharedByTheHeadsEqualTheBuiltInBitwise) {
