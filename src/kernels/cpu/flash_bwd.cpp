@@ -38,11 +38,12 @@ namespace qkv::kernels::cpu::HWY_NAMESPACE {
 constexpr std::int64_t kBq = TileTraits::kBlockQ;
 
 // Per-thread scratch of the backward: the raw scores (for captured gradients), score/probability
-// tile, P * Z (dropout), dP, dropout factors, the score mod's derivative, and the dK/dV
-// accumulators of one k-block.
+// tile, P * Z (dropout), dP, dropout factors, the score mod's derivative, the dK/dV accumulators
+// of one k-block, and which of an item's dQ slots a tile has written.
 template <class T>
 struct BackwardScratch {
   hwy::AlignedFreeUniquePtr<T[]> raw, p, pz, dp, z, grad, dk, dv;
+  std::vector<std::uint8_t> dq_written;  // per slot of an item's dQ partial
   BackwardScratch(std::int64_t dim, std::int64_t dim_v)
       : raw(hwy::AllocateAligned<T>(kBq * kBk)),
         p(hwy::AllocateAligned<T>(kBq * kBk)),
@@ -272,7 +273,7 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
                    const T* delta, std::int64_t b, std::int64_t h, std::int64_t i0,
                    std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
                    BackwardScratch<T>& scratch, Bf16Scratch* bf16_scratch, const DqPart<T>& dq_part,
-                   const detail::CaptureSink<T>& sink, const std::uint64_t* kept,
+                   const detail::CaptureSink<T>& sink, const std::uint64_t* kept, bool dq_first,
                    Upcoming& upcoming, std::int64_t per_row) {
   const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
@@ -383,14 +384,21 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
   }
   // dQ += dS K (times the scale, applied once to the sum of the partials); dK += dS^T (scale Q)
   // (with the bf16 products, dK^T += Q^T dS, the scale applied when the k-block is written)
+  // The first tile of a q-block's slot writes its rows (dq_first): zeroing an item's slots ahead
+  // of its tiles wrote up to a MiB (BigBird's chunks reach ~60 of 128 q-blocks), more than L2
+  // holds, and read it back from memory. Time over full x kept tiles, T = 8192, 2 threads, AMD
+  // EPYC (avx2 avx512_bf16 avx512f), 2026-11-28, three alternated runs: BigBird 1.29, 1.29, 1.28
+  // -> 1.25, 1.25, 1.25; window 1.23, 1.29, 1.27 -> 1.19, 1.25, 1.24.
   T* dq = dq_part.at(b * d.Hq + h, i0, d.D);
+  const bool dq_written = dq_first && bf16 == nullptr && keys_finite;
+  if (dq_first) std::fill(dq + (dq_written ? rows : 0) * d.D, dq + kBq * d.D, T(0));
   if constexpr (std::is_same_v<T, float>) {
     if (bf16 != nullptr) {
       bf16->add_dq_dk(q_slot, k_slot, rows, cols, dP, keys_finite, rows_finite, dq, *bf16_scratch);
     }
   }
   if (bf16 == nullptr) {
-    if (keys_finite) gemm(rows, d.D, cols, dP, kBk, k, d.D, dq, d.D, true);
+    if (keys_finite) gemm(rows, d.D, cols, dP, kBk, k, d.D, dq, d.D, !dq_written);
     if (rows_finite) {
       gemm<false, true>(cols, d.D, rows, dP, kBk, q, d.D, scratch.dk.get(), d.D, true);
     }
@@ -454,7 +462,7 @@ void inverse_row_sums(const FwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>&
 }
 
 // Work item: keys of k-blocks [kb_lo, kb_hi) for batches [b_lo, b_hi) and k/v heads
-// [hk_lo, hk_hi), which own the rows of dq_part of those batches and heads (zeroed here).
+// [hk_lo, hk_hi), which own the rows of dq_part of those batches and heads (written here).
 template <class T, class ScoreMod, class MaskMod>
 void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
                    const T* delta, std::int64_t b_lo, std::int64_t b_hi, std::int64_t hk_lo,
@@ -466,8 +474,10 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
   for (std::int64_t b = b_lo; b < b_hi; ++b) {
     for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
       // This item's rows of the chunk's dQ partial: the query heads of (b, hk).
+      // This item's slots of the chunk's dQ partial, [group, slots]: whether a tile wrote them.
       T* dq_rows = dq_part.data + (b * d.Hq + hk * d.group()) * dq_part.slots * kBq * d.D;
-      std::fill(dq_rows, dq_rows + d.group() * dq_part.slots * kBq * d.D, T(0));
+      std::vector<std::uint8_t>& written = scratch.dq_written;
+      written.assign(static_cast<std::size_t>(d.group() * dq_part.slots), 0);
       for (std::int64_t kb = kb_lo; kb < kb_hi; ++kb) {
         const std::int64_t j0 = kb * kBk;
         const std::int64_t cols = std::min(kBk, d.Tk - j0);
@@ -530,8 +540,11 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
                               blocks.kind_t(b, h, kb, qb + 1) != TileKind::empty &&
                               (qb + 1) * kBq < row_limit(p.mask_mod, b);
             packed.ensure_rows(b * d.Hq + h, qb, next ? qb + 1 : -1);
+            std::uint8_t& slot_written = written[static_cast<std::size_t>(
+                (h - hk * d.group()) * dq_part.slots + dq_part.slot[static_cast<std::size_t>(qb)])];
             backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch,
-                          bf16_scratch, dq_part, sink, kept, upcoming, per_row);
+                          bf16_scratch, dq_part, sink, kept, !slot_written, upcoming, per_row);
+            slot_written = 1;
           }
         }
         if (bf16_scratch != nullptr) {  // the transposed sums of the bf16 products added
@@ -548,6 +561,11 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
           std::copy_n(scratch.dk.get() + c * d.D, d.D, p.dk.at(b, j0 + c, hk));
           std::copy_n(scratch.dv.get() + c * d.Dv, d.Dv, p.dv.at(b, j0 + c, hk));
         }
+      }
+      // Slots no tile of this item reached (another head's, under a mask that varies by head)
+      // hold zeros for the sum.
+      for (std::size_t at = 0; at < written.size(); ++at) {
+        if (written[at] == 0) std::fill_n(dq_rows + at * kBq * d.D, kBq * d.D, T(0));
       }
     }
   }
