@@ -266,8 +266,11 @@ void tile_scores(const Dims& d, const Packed<T>& packed, T scale, std::int64_t h
 }
 
 // One tile: rows [i0, i0 + rows) of head h against keys [j0, j0 + cols) of k/v head hk.
-// Accumulates into scratch.dk / scratch.dv (this k-block), dq_part (the rows of its chunk),
-// p.dbias and sink (the captured tensors' gradients); lse and delta [B, Hq, Tq].
+// Accumulates into scratch.dk / scratch.dv (this k-block), dq_part (the rows of its chunk; written
+// instead, all kBq rows of the slot, where dq_first), p.dbias and sink (the captured tensors'
+// gradients); lse and delta [B, Hq, Tq]. kept [rows]: a partial tile's kept keys as bits
+// (PartialTileBits), or null for the mask mod. upcoming and tile_ahead: lines asked of the cache,
+// per_row and tile_per_row of them at each row of the tile's two softmax loops.
 template <class T, class ScoreMod, class MaskMod>
 void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
                    const T* delta, std::int64_t b, std::int64_t h, std::int64_t i0,
