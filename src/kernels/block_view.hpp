@@ -29,14 +29,13 @@ class BlockView {
   // Whether most tiles are empty: the kernels then take 64-row q-blocks, and walk the heads inside
   // each block of rows (flash_bwd.cpp; flash_fwd.cpp where its heads_inside says so).
   bool sparse() const {
-    return 2 * d_->counts[static_cast<int>(TileKind::empty)] >
-           static_cast<std::int64_t>(d_->kinds.size());
+    return 2 * count(TileKind::empty) > static_cast<std::int64_t>(d_->kinds.size());
   }
   std::int64_t count(TileKind kind) const { return d_->counts[static_cast<int>(kind)]; }
   // The tiles a q-block keeps, on average over the mask's q-blocks.
   double kept_per_q_block() const {
     const auto tiles = static_cast<double>(d_->kinds.size());
-    return (tiles - static_cast<double>(d_->counts[static_cast<int>(TileKind::empty)])) /
+    return (tiles - static_cast<double>(count(TileKind::empty))) /
            (tiles / static_cast<double>(d_->k_blocks));
   }
   KeyRange q_span(std::int64_t b, std::int64_t h, std::int64_t kb) const {

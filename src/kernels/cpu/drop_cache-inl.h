@@ -24,6 +24,21 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
+// The keys [j0, j0 + cols) that mask keeps in row i of head h of batch b, as bits (bit c for key
+// j0 + c), from the mod run key by key.
+template <class T>
+std::uint64_t kept_bits(const FlexMask& mask, std::int64_t b, std::int64_t h, std::int64_t i,
+                        std::int64_t j0, std::int64_t cols) {
+  T ones[TileTraits::kBlockK];
+  std::fill(ones, ones + cols, T(1));
+  mask.drop_row(b, h, i, j0, cols, T(0), ones);
+  std::uint64_t kept = 0;
+  for (std::int64_t c = 0; c < cols; ++c) {
+    kept |= static_cast<std::uint64_t>(ones[c] != T(0)) << c;
+  }
+  return kept;
+}
+
 class DropCache {
  public:
   // Whether the cache serves this mask: a mod run key by key, the same for every head.
@@ -57,16 +72,10 @@ class DropCache {
     }
     std::uint64_t* bits = bits_.data() + kb * TileTraits::kForwardBlockQ;
     if (generation_of_[static_cast<std::size_t>(kb)] == generation_) return bits;
-    T ones[TileTraits::kBlockK];
     for (std::int64_t r = 0; r < rows; ++r) {
-      if (kinds[r / TileTraits::kBlockQ] == TileKind::full) continue;
-      std::fill(ones, ones + cols, T(1));
-      mask.drop_row(b, h, i0 + r, j0, cols, T(0), ones);
-      std::uint64_t kept = 0;
-      for (std::int64_t c = 0; c < cols; ++c) {
-        kept |= static_cast<std::uint64_t>(ones[c] != T(0)) << c;
+      if (kinds[r / TileTraits::kBlockQ] != TileKind::full) {
+        bits[r] = kept_bits<T>(mask, b, h, i0 + r, j0, cols);
       }
-      bits[r] = kept;
     }
     generation_of_[static_cast<std::size_t>(kb)] = generation_;
     return bits;
@@ -116,20 +125,12 @@ class PartialTileBits {
       const std::int64_t cols = std::min(TileTraits::kBlockK, data.Tk - j0);
       const KeyRange q = blocks.q_span(b, 0, kb);
       std::uint64_t* bits = bits_.data() + first_[static_cast<std::size_t>(at)] * kWords;
-      T ones[TileTraits::kBlockK];
       for (std::int64_t qb = q.lo; qb < q.hi; ++qb) {
         if (blocks.kind_t(b, 0, kb, qb) != TileKind::partial) continue;
         const std::int64_t i0 = qb * TileTraits::kBlockQ;
         const std::int64_t rows = std::min(TileTraits::kBlockQ, data.Tq - i0);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          std::fill(ones, ones + cols, T(1));
-          mask.drop_row(b, 0, i0 + r, j0, cols, T(0), ones);
-          std::uint64_t kept = 0;
-          for (std::int64_t c = 0; c < cols; ++c) {
-            kept |= static_cast<std::uint64_t>(ones[c] != T(0)) << c;
-          }
-          bits[r] = kept;
-        }
+        for (std::int64_t r = 0; r < rows; ++r)
+          bits[r] = kept_bits<T>(mask, b, 0, i0 + r, j0, cols);
         bits += kWords;
       }
     }
