@@ -31,6 +31,7 @@
 #include "kernels/cpu/pack-inl.h"
 #include "kernels/cpu/pack_once.hpp"
 #include "kernels/cpu/tile-inl.h"
+#include "kernels/cpu/upcoming.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
@@ -183,57 +184,6 @@ void products_kept(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std
   }
 }
 
-// Rows an item will soon read from memory or write to it, asked of the cache a few lines at a
-// time between the rows of each tile's softmax, so that the misses overlap the products. Out of
-// cache, a window's k-block waited on them: packing the rows of its new q-block (Q, dO, O read
-// 2 KiB apart in [B, T, H, D]) took ~12k TSC ticks, packing its K and V tiles ~10k, writing its
-// dK and dV rows ~6k, against ~30k for each of its 5 tiles; asked for early, ~5k, ~7.5k and ~2.3k
-// (rdtsc, T = 8192, H = 8, D = 64, 2 threads, AMD EPYC (avx2 avx512_bf16 avx512f), 2026-11-28).
-// In bursts (a whole stream at once) the requests queued behind the core's few outstanding misses
-// and stalled the tile instead; asked for a k-block ahead, the q-block's rows were evicted before
-// use (every row of a head falls in the same 128 of L2's 1024 sets). Time over full x kept tiles,
-// three alternated runs: window 1.26, 1.26, 1.27 -> 1.20, 1.21, 1.22; Longformer and BigBird
-// within the noise (+-2%).
-class Upcoming {
- public:
-  // rows of `bytes` bytes from `first`, row_stride bytes apart; write: to be written.
-  void add(const void* first, std::int64_t row_stride, std::int64_t rows, std::int64_t bytes,
-           bool write) {
-    if (count_ == kMaxStreams || rows <= 0) return;
-    streams_[count_++] = {static_cast<const char*>(first), row_stride, rows, bytes, write};
-    lines_ += rows * ((bytes + 63) / 64);
-  }
-  std::int64_t lines() const { return lines_; }
-  // The next n lines, stream by stream in the order added.
-  void fetch(std::int64_t n) {
-    for (; n > 0 && at_ < count_; --n) {
-      const Stream& s = streams_[at_];
-      const char* line = s.first + row_ * s.stride + byte_;
-      if (s.write) {
-        __builtin_prefetch(line, 1);
-      } else {
-        hwy::Prefetch(line);
-      }
-      if ((byte_ += 64) < s.bytes) continue;
-      byte_ = 0;
-      if (++row_ < s.rows) continue;
-      row_ = 0;
-      ++at_;
-    }
-  }
-
- private:
-  struct Stream {
-    const char* first;
-    std::int64_t stride, rows, bytes;
-    bool write;
-  };
-  static constexpr int kMaxStreams = 16;
-  Stream streams_[kMaxStreams] = {};
-  int count_ = 0, at_ = 0;
-  std::int64_t row_ = 0, byte_ = 0, lines_ = 0;
-};
-
 // S [rows, kBk] <- (scale q_i) . k_j for the rows [row0, row0 + rows) of [B, Hq, Tq] against the
 // keys [j0, j0 + cols) of k/v head `head` (b * Hk + hk); columns past cols hold 0 (the pack's
 // zero padding, or set here), which soft-capping reads with the rest of the row before the mask
@@ -270,15 +220,14 @@ void tile_scores(const Dims& d, const Packed<T>& packed, T scale, std::int64_t h
 // instead, all kBq rows of the slot, where dq_first), p.dbias and sink (the captured tensors'
 // gradients); lse and delta [B, Hq, Tq]. kept [rows]: a partial tile's kept keys as bits
 // (PartialTileBits), or null for the mask mod. upcoming and tile_ahead: lines asked of the cache,
-// per_row and tile_per_row of them at each row of the tile's two softmax loops.
+// a step of each at each row of the tile's two softmax loops.
 template <class T, class ScoreMod, class MaskMod>
 void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& packed, const T* lse,
                    const T* delta, std::int64_t b, std::int64_t h, std::int64_t i0,
                    std::int64_t rows, std::int64_t j0, std::int64_t cols, TileKind kind,
                    BackwardScratch<T>& scratch, Bf16Scratch* bf16_scratch, const DqPart<T>& dq_part,
                    const detail::CaptureSink<T>& sink, const std::uint64_t* kept, bool dq_first,
-                   Upcoming& upcoming, std::int64_t per_row, Upcoming& tile_ahead,
-                   std::int64_t tile_per_row) {
+                   Upcoming& upcoming, Upcoming& tile_ahead) {
   const Dims& d = p.dims;
   const std::int64_t hk = h / d.group();
   const std::int64_t head = b * d.Hk + hk;
@@ -305,8 +254,8 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
   if (p.captured > 0) std::copy_n(P, rows * kBk, scratch.raw.get());
   score_tile(p, b, h, i0, rows, j0, cols, &kind, P, slope ? grad : static_cast<T*>(nullptr), kept);
   for (std::int64_t r = 0; r < rows; ++r) {
-    upcoming.fetch(per_row);
-    tile_ahead.fetch(tile_per_row);
+    upcoming.step();
+    tile_ahead.step();
     T* row = P + r * kBk;
     if (lse_row[r] == kNegInf) {
       std::fill(row, row + kBk, T(0));  // every key of this row dropped: zero gradients
@@ -354,8 +303,8 @@ void backward_tile(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
                dP, kBk, false);
   }
   for (std::int64_t r = 0; r < rows; ++r) {
-    upcoming.fetch(per_row);
-    tile_ahead.fetch(tile_per_row);
+    upcoming.step();
+    tile_ahead.step();
     T* dp = dP + r * kBk;
     const T* pr = P + r * kBk;
     if (lse_row[r] == kNegInf) {  // zero gradients, whatever dO, O and V hold
@@ -521,9 +470,11 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
         }
         upcoming.add(p.dk.at(b, j0, hk), p.dk.row * size, cols, d.D * size, true);
         upcoming.add(p.dv.at(b, j0, hk), p.dv.row * size, cols, d.Dv * size, true);
-        // A tile's two row loops share its part.
-        const std::int64_t per_row =
-            tiles == 0 ? 0 : (upcoming.lines() + 2 * kBq * tiles - 1) / (2 * kBq * tiles);
+        // Spread over the rows of the k-block's tiles' two row loops. Time over full x kept tiles
+        // (T = 8192, H = 8, D = 64, 2 threads, AMD EPYC (avx2 avx512_bf16 avx512f), 2026-11-28),
+        // three alternated runs: window 1.26, 1.26, 1.27 -> 1.20, 1.21, 1.22; Longformer and
+        // BigBird within the noise (+-2%).
+        upcoming.pace(2 * kBq * tiles);
         for (std::int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
           const KeyRange queries = blocks.q_span(b, h, kb);  // in q-blocks
           std::int64_t partials = 0;                         // met in this k-block of this head
@@ -563,10 +514,9 @@ void backward_item(const BwdParams<T, ScoreMod, MaskMod>& p, const Packed<T>& pa
               tile_ahead.add(packed.q + r0 * d.D, d.D * size, n_rows, d.D * size, false);
               tile_ahead.add(packed.dout_rows(r0, d.Dv), d.Dv * size, n_rows, d.Dv * size, false);
             }
-            const std::int64_t tile_per_row = (tile_ahead.lines() + 2 * rows - 1) / (2 * rows);
+            tile_ahead.pace(2 * rows);
             backward_tile(p, packed, lse, delta, b, h, i0, rows, j0, cols, kind, scratch,
-                          bf16_scratch, dq_part, sink, kept, !slot_written, upcoming, per_row,
-                          tile_ahead, tile_per_row);
+                          bf16_scratch, dq_part, sink, kept, !slot_written, upcoming, tile_ahead);
             slot_written = 1;
           }
         }

@@ -30,6 +30,7 @@
 #include "kernels/cpu/round_bf16-inl.h"
 #include "kernels/cpu/softmax_state-inl.h"
 #include "kernels/cpu/tile-inl.h"
+#include "kernels/cpu/upcoming.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace qkv::kernels::cpu::HWY_NAMESPACE {
@@ -65,6 +66,11 @@ class F32Products {
   // q_ [live, D] <- scale * Q of rows [i0, i0 + live) of head h of batch b.
   void rows(std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t live) {
     scale_rows(p_.q.at(b, i0, h), p_.q.row, live, p_.dims.D, p_.scale, q_);
+  }
+  // The rows rows() reads, added to `ahead`.
+  void ask_rows(Upcoming& ahead, std::int64_t b, std::int64_t h, std::int64_t i0,
+                std::int64_t live) const {
+    ahead.add(p_.q.at(b, i0, h), p_.q.row * sizeof(T), live, p_.dims.D * sizeof(T), false);
   }
   void ensure(std::int64_t head_kv, std::int64_t kb, std::int64_t ahead) {
     keys_.ensure(head_kv, kb, ahead);
@@ -262,6 +268,11 @@ class Bf16Products {
       std::copy_n(p_.half_kv.q.at(b, i0 + r, h), p_.dims.D, q_.data() + r * depth);
     }
   }
+  // The rows rows() reads, added to `ahead`.
+  void ask_rows(Upcoming& ahead, std::int64_t b, std::int64_t h, std::int64_t i0,
+                std::int64_t live) const {
+    ahead.add(p_.half_kv.q.at(b, i0, h), p_.half_kv.q.row * 2, live, p_.dims.D * 2, false);
+  }
   void ensure(std::int64_t head_kv, std::int64_t kb, std::int64_t ahead) {
     pairs_.ensure(head_kv, kb, ahead);
   }
@@ -332,11 +343,12 @@ class Bf16Products {
 
 // Folds every key into `state`, the online-softmax state of rows [i0, i0 + live) of head h of
 // batch b, from the tiles of its k/v head through `products` (F32Products or Bf16Products). Tiles
-// the mask empties are skipped (and never packed).
+// the mask empties are skipped (and never packed). ahead: lines asked of the cache as the tiles'
+// softmax rows go by (softmax_tile), or null.
 template <class T, class ScoreMod, class MaskMod, class Products>
 void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, std::int64_t b,
                  std::int64_t h, std::int64_t i0, std::int64_t live, ForwardScratch<T>& scratch,
-                 const SoftmaxState<T>& state) {
+                 const SoftmaxState<T>& state, Upcoming* ahead) {
   const Dims& d = p.dims;
   if (live == 0) return;
   products.rows(b, h, i0, live);
@@ -412,39 +424,84 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, s
     }
     products.scores(head_kv, kb, r0, n, s);
     softmax_tile(p, b, h, i0 + r0, n, j0, cols, kinds + x0, s, scratch.z.get(), rows,
-                 products.rounded(), products.native_rounding(), kept);
+                 products.rounded(), products.native_rounding(), kept, ahead);
     products.values(b, h, i0 + r0, n, head_kv, kb, cols, all_full, s, rows.acc);
   }
 }
 
+// A forward item: rows [i0, i0 + rows) of head h of batch b.
+struct ForwardItem {
+  std::int64_t b = 0, h = 0, i0 = 0, rows = 0;
+};
+
+// Adds to `ahead` the rows of Q that item `next` reads (through `products`: F32Products or
+// Bf16Products) and of the output it writes, spread over the softmax rows of the tiles of item
+// `now` (live rows). For sparse masks walked head by head, whose items are one q-block each: a
+// window's q-block reads 5 tiles, and its 64 rows of Q and of the output lie 2 KiB apart in [B,
+// T, H, D] (T = 8192, H = 8, D = 64), so that reading them waited on memory between the tiles'
+// products. Time over full x kept tiles (T = 8192, H = 8, D = 64, 2 threads, a driver alternating
+// full and the pattern call by call, medians of 9 pairs, AMD EPYC (avx2 avx512_bf16 avx512f) Zen
+// 5 VM, 2026-11-28, builds alternated, five rounds on a quiet host): window 1.227-1.232 ->
+// 1.166-1.177; BigBird 1.169-1.172 -> 1.138-1.145; Longformer 1.107-1.111 -> 1.065-1.069; 8
+// documents 1.080-1.090 -> 1.065-1.085. Not kept: also asking for the next item's new tiles
+// (packed, or the rows of K and V they are packed from): every pattern 2-5% slower; claiming
+// each thread's next item as it starts one, so that `next` is known rather than guessed as item +
+// threads: the threads then took q-blocks in pairs instead of in turn, and the window went from
+// 1.23 to 1.30 before any prefetch; the same for heads walked inside q-blocks (the window as a
+// lambda): 1.256-1.263 -> 1.300-1.308.
+template <class T, class ScoreMod, class MaskMod, class Products>
+void ask_ahead(const FwdParams<T, ScoreMod, MaskMod>& p, const Products& products,
+               const ForwardItem& now, std::int64_t live, const ForwardItem& next,
+               Upcoming& ahead) {
+  const Dims& d = p.dims;
+  const BlockView blocks(p.blocks);
+  const auto size = static_cast<std::int64_t>(sizeof(T));
+  const std::int64_t next_live = live_rows(p, next.b, next.i0, next.rows);
+  if (next_live > 0) products.ask_rows(ahead, next.b, next.h, next.i0, next_live);
+  ahead.add(p.out.at(next.b, next.i0, next.h), p.out.row * size, next.rows, d.Dv * size, true);
+  const std::int64_t qb = now.i0 / TileTraits::kBlockQ;
+  std::int64_t tiles = 0;
+  const KeyRange span = live > 0 ? blocks.k_span(now.b, now.h, qb) : KeyRange{};
+  for (std::int64_t kb = span.lo; kb < span.hi; ++kb) {
+    tiles += blocks.kind(now.b, now.h, qb, kb) != TileKind::empty;
+  }
+  ahead.pace(tiles * live);
+}
+
 // Prefill and training shapes: K^T and V packed once per call (KeyTiles), work split over
-// (b, h, q-block).
+// (b, h, q-block). Under a sparse mask walked head by head, a thread asks the cache for the rows
+// of the item it will likely take next (items are dealt in turn: this one + threads) during this
+// one's tiles.
 template <class T, class ScoreMod, class MaskMod, class MakeProducts>
-void forward_blocks(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t block, bool heads_inner,
-                    const MakeProducts& make_products) {
+void forward_blocks(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t block, bool sparse,
+                    bool heads_inner, const MakeProducts& make_products) {
   const Dims& d = p.dims;
   const std::int64_t q_blocks = (d.Tq + block - 1) / block;
-  const std::int64_t items = d.B * d.Hq * q_blocks;
+  const std::int64_t heads = d.B * d.Hq;
+  const std::int64_t items = heads * q_blocks;
+  // Last q-blocks first: under a causal mask they are the heaviest, so the light ones fill in at
+  // the end.
+  const auto locate = [&](std::int64_t item) {
+    const std::int64_t i0 = (q_blocks - 1 - (heads_inner ? item / heads : item % q_blocks)) * block;
+    const std::int64_t bh = heads_inner ? item % heads : item / q_blocks;
+    return ForwardItem{bh / d.Hq, bh % d.Hq, i0, std::min(block, d.Tq - i0)};
+  };
 #pragma omp parallel
   {
     ForwardScratch<T> scratch(block, d.D, d.Dv);
     const SoftmaxState<T> state = scratch.state();
     auto products = make_products(scratch);
-    // Dynamic scheduling, last q-blocks first: under a causal mask they are the heaviest, so the
-    // light ones fill in at the end.
+    const std::int64_t threads = omp_get_num_threads();
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
-      const std::int64_t heads = d.B * d.Hq;
-      const std::int64_t i0 =
-          (q_blocks - 1 - (heads_inner ? item / heads : item % q_blocks)) * block;
-      const std::int64_t bh = heads_inner ? item % heads : item / q_blocks;
-      const std::int64_t b = bh / d.Hq;
-      const std::int64_t h = bh % d.Hq;
-      const std::int64_t rows = std::min(block, d.Tq - i0);
-      const std::int64_t live = live_rows(p, b, i0, rows);
-      state.reset(rows, d.Dv);
-      attend_keys(p, products, b, h, i0, live, scratch, state);
-      write_rows(p, b, h, i0, rows, live, state);
+      const std::int64_t following = sparse && !heads_inner ? item + threads : items;
+      const ForwardItem at = locate(item);
+      const std::int64_t live = live_rows(p, at.b, at.i0, at.rows);
+      Upcoming ahead;
+      if (following < items) ask_ahead(p, products, at, live, locate(following), ahead);
+      state.reset(at.rows, d.Dv);
+      attend_keys(p, products, at.b, at.h, at.i0, live, scratch, state, &ahead);
+      write_rows(p, at.b, at.h, at.i0, at.rows, live, state);
     }
   }
 }
@@ -498,16 +555,17 @@ void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
     if (p.half_kv.kind == HalfKind::bf16 && p.half_kv.q.data != nullptr &&
         fused_bf16_path(d.Tk, path)) {
       PairTiles pairs(d, p.half_kv.k, p.half_kv.v);
-      forward_blocks(p, block, sparse && heads_inside(p, 2), [&](ForwardScratch<T>&) {
+      forward_blocks(p, block, sparse, sparse && heads_inside(p, 2), [&](ForwardScratch<T>&) {
         return Bf16Products<ScoreMod, MaskMod>(p, pairs, path, block);
       });
       return;
     }
   }
   KeyTiles<T> keys(d, p.k, p.v, p.half_kv);
-  forward_blocks(p, block, sparse && heads_inside(p, sizeof(T)), [&](ForwardScratch<T>& scratch) {
-    return F32Products<T, ScoreMod, MaskMod>(p, keys, scratch);
-  });
+  forward_blocks(p, block, sparse, sparse && heads_inside(p, sizeof(T)),
+                 [&](ForwardScratch<T>& scratch) {
+                   return F32Products<T, ScoreMod, MaskMod>(p, keys, scratch);
+                 });
 }
 
 // y [n] <- exp(x [n]) by one of tile-inl.h's f32 exps (Exp::operator()(d, v)), any n.

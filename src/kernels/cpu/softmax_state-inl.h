@@ -24,6 +24,7 @@
 #include "kernels/cpu/round_bf16-inl.h"
 #include "kernels/cpu/tile-inl.h"
 #include "kernels/cpu/tile_traits.hpp"
+#include "kernels/cpu/upcoming.hpp"
 #include "kernels/flash_params.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -71,9 +72,10 @@ struct SoftmaxState {
   // rounded), the rows go through it, and s may hold the scores before a scale > 0: the max of
   // the rounded products scale * s is scale * max(s) rounded, rounding being monotonic.
   // With ld > 0, s's rows lie ld apart (the width columns of each row are absorbed), not width.
+  // ahead: a step of its lines asked of the cache at each row (upcoming.hpp), or null.
   void absorb(T* s, std::int64_t live, std::int64_t dim_v, std::uint16_t* rounded = nullptr,
               std::int64_t width = kBk, T scale = T(1), ExpRoundRow native = nullptr,
-              std::int64_t ld = 0) const {
+              std::int64_t ld = 0, Upcoming* ahead = nullptr) const {
     const std::int64_t row_stride = ld > 0 ? ld : width;
     // The new row maxima first, then every row's rescaling factor alpha = exp(m_old - m_new) in
     // one vector pass (a libm call per row took 1.6% of the forward), over the live rows rounded
@@ -88,6 +90,7 @@ struct SoftmaxState {
     }
     exp_rows(alpha, vector_rows);
     for (std::int64_t r = 0; r < live; ++r) {
+      if (ahead != nullptr) ahead->step();
       T* row = s + r * row_stride;
       if (m_new[r] == kNegInf) {
         // Nothing kept in this row yet, or only -inf and NaN scores (whether the max returns
@@ -180,17 +183,19 @@ struct ForwardScratch {
 // [live, kBk] on what reaches V (not on the normalizer: lse is not affected). The caller then adds
 // P V into the state's acc, from s, or (T = float, `rounded` given) from rounded [live, kBk], P
 // times Z in bf16 (rounded by `native` where given and there is no dropout). kept: as score_tile.
+// ahead: as absorb.
 template <class T, class ScoreMod, class MaskMod>
 void softmax_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
                   std::int64_t i0, std::int64_t live, std::int64_t j0, std::int64_t cols,
                   const TileKind* kinds, T* s, T* z, const SoftmaxState<T>& state,
                   std::uint16_t* rounded = nullptr, ExpRoundRow native = nullptr,
-                  const std::uint64_t* kept = nullptr) {
+                  const std::uint64_t* kept = nullptr, Upcoming* ahead = nullptr) {
   score_tile(p, b, h, i0, live, j0, cols, kinds, s, static_cast<T*>(nullptr), kept);
   if (!p.dropout.enabled()) {
-    return state.absorb(s, live, p.dims.Dv, rounded, kBk, T(1), rounded ? native : nullptr);
+    return state.absorb(s, live, p.dims.Dv, rounded, kBk, T(1), rounded ? native : nullptr, 0,
+                        ahead);
   }
-  state.absorb(s, live, p.dims.Dv);
+  state.absorb(s, live, p.dims.Dv, nullptr, kBk, T(1), nullptr, 0, ahead);
   dropout_tile(p, b, h, i0, live, j0, cols, z);
   for (std::int64_t r = 0; r < live; ++r) row_mul(s + r * kBk, z + r * kBk);
   if constexpr (std::is_same_v<T, float>) {
