@@ -1,10 +1,11 @@
 // The keys a mask mod keeps in the partial tiles of one q-block's rows, as bits, for a mod that
 // has no closed form (a lambda given to flex_attention runs once per key) and does not depend on
-// the head (its block mask was built for one head). A sparse mask's forward takes the heads of a
-// q-block one after another (flash_fwd.cpp), so a thread evaluates the mod once per tile and
-// reads the bits for its other heads of the same rows: a lambda sliding window ran its mod over
-// 10% of its forward (perf, T = 8192, H = 8, heads-first, 2 threads of an Intel Xeon VM,
-// 2026-11-27), where the built-in window fills key intervals in 1.5%. Per-target include guard.
+// the head (its block mask was built for one head). DropCache: a forward that takes the heads of
+// a q-block one after another (flash_fwd.cpp) evaluates the mod once per tile and reads the bits
+// for its other heads of the same rows: a lambda sliding window ran its mod over 10% of its
+// forward (perf, T = 8192, H = 8, heads-first, 2 threads of an Intel Xeon VM, 2026-11-27), where
+// the built-in window fills key intervals in 1.5%. PartialTileBits: every partial tile's bits
+// once per call, for the backward and for a sparse mask's forward. Per-target include guard.
 #if defined(QKV_KERNELS_CPU_DROP_CACHE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_KERNELS_CPU_DROP_CACHE_INL_H_
 #undef QKV_KERNELS_CPU_DROP_CACHE_INL_H_
@@ -88,11 +89,13 @@ class DropCache {
   std::vector<std::uint64_t> bits_;           // per k-block: kForwardBlockQ words
 };
 
-// The same bits for the backward, whose items walk one head's k-blocks and meet a tile's rows once
-// per head on different threads: computed for every partial tile once per call, one head's worth
-// of mod evaluations, in parallel. The lambda window's backward took 1.04-1.05x the built-in
-// window's time evaluating its mod per head (T = 8192 and 16384, 2 threads, AMD EPYC (avx2
-// avx512_bf16 avx512f), 2026-11-28). Tiles of each (batch, k-block) in q-block order.
+// The same bits computed for every partial tile once per call, one head's worth of mod
+// evaluations, in parallel: for the backward, whose items walk one head's k-blocks and meet a
+// tile's rows once per head on different threads (the lambda window's backward took 1.04-1.05x
+// the built-in window's time evaluating its mod per head, T = 8192 and 16384, 2 threads, AMD EPYC
+// (avx2 avx512_bf16 avx512f), 2026-11-28), and for a sparse mask's forward, which with them walks
+// the heads in the order the built-in masks do (flash_fwd.cpp, heads_inside). Tiles of each
+// (batch, k-block) in q-block order.
 class PartialTileBits {
  public:
   // Not built past this size (4096 partial tiles a MiB): such a mask evaluates its mod per tile.
@@ -108,13 +111,18 @@ class PartialTileBits {
         const KeyRange q = blocks.q_span(b, 0, kb);
         std::int64_t n = 0;
         for (std::int64_t qb = q.lo; qb < q.hi; ++qb) {
-          n += blocks.kind_t(b, 0, kb, qb) == TileKind::partial;
+          if (blocks.kind_t(b, 0, kb, qb) != TileKind::partial) continue;
+          q_block_.push_back(qb);
+          ++n;
         }
         first_[static_cast<std::size_t>(b * kb_count + kb + 1)] =
             first_[static_cast<std::size_t>(b * kb_count + kb)] + n;
       }
     }
-    if (first_.back() * kWords * 8 > kMaxBytes) return;
+    if (first_.back() * kWords * 8 > kMaxBytes) {
+      q_block_.clear();
+      return;
+    }
     bits_.assign(static_cast<std::size_t>(first_.back() * kWords), 0);
     k_blocks_ = kb_count;
     batches_ = data.batches;
@@ -137,6 +145,16 @@ class PartialTileBits {
   }
 
   bool built() const { return k_blocks_ > 0; }
+  // The partial tile (q-block qb, k-block kb) of batch b: one word per row; null where the tile
+  // is not partial.
+  const std::uint64_t* find(std::int64_t b, std::int64_t qb, std::int64_t kb) const {
+    const std::int64_t at = (batches_ == 1 ? 0 : b) * k_blocks_ + kb;
+    const auto lo = q_block_.begin() + first_[static_cast<std::size_t>(at)];
+    const auto hi = q_block_.begin() + first_[static_cast<std::size_t>(at + 1)];
+    const auto tile = std::lower_bound(lo, hi, qb);
+    if (tile == hi || *tile != qb) return nullptr;
+    return bits_.data() + (tile - q_block_.begin()) * kWords;
+  }
   // The n-th partial tile of k-block kb (in q-block order) of batch b (any batch where the mask
   // has one for all): one word per row.
   const std::uint64_t* tile(std::int64_t b, std::int64_t kb, std::int64_t n) const {
@@ -148,6 +166,7 @@ class PartialTileBits {
   static constexpr std::int64_t kWords = TileTraits::kBlockQ;
   std::int64_t k_blocks_ = 0, batches_ = 0;
   std::vector<std::int64_t> first_;  // per (batch, k-block): its first tile's index, then the total
+  std::vector<std::int64_t> q_block_;  // per tile: its q-block
   std::vector<std::uint64_t> bits_;
 };
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -344,11 +345,12 @@ class Bf16Products {
 // Folds every key into `state`, the online-softmax state of rows [i0, i0 + live) of head h of
 // batch b, from the tiles of its k/v head through `products` (F32Products or Bf16Products). Tiles
 // the mask empties are skipped (and never packed). ahead: lines asked of the cache as the tiles'
-// softmax rows go by (softmax_tile), or null.
+// softmax rows go by (softmax_tile), or null. bits: a lambda's partial tiles for one-q-block rows
+// (PartialTileBits), or null (the DropCache serves them where it can).
 template <class T, class ScoreMod, class MaskMod, class Products>
 void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, std::int64_t b,
                  std::int64_t h, std::int64_t i0, std::int64_t live, ForwardScratch<T>& scratch,
-                 const SoftmaxState<T>& state, Upcoming* ahead) {
+                 const SoftmaxState<T>& state, Upcoming* ahead, const PartialTileBits* bits) {
   const Dims& d = p.dims;
   if (live == 0) return;
   products.rows(b, h, i0, live);
@@ -410,7 +412,9 @@ void attend_keys(const FwdParams<T, ScoreMod, MaskMod>& p, Products& products, s
     const std::int64_t n = std::min(live, x1 * TileTraits::kBlockQ) - r0;
     const std::uint64_t* kept = nullptr;
     if constexpr (std::is_same_v<MaskMod, FlexMask>) {
-      if (cached_drops && !all_full) {
+      if (bits != nullptr && !all_full) {
+        kept = bits->find(b, qb0, kb);
+      } else if (cached_drops && !all_full) {
         // The whole q-block's rows, as the thread's other heads ask for them.
         kept =
             scratch.drops.template tile<T>(p.mask_mod, *p.blocks, b, h, i0, live, j0, cols, kinds) +
@@ -474,7 +478,8 @@ void ask_ahead(const FwdParams<T, ScoreMod, MaskMod>& p, const Products& product
 // one's tiles.
 template <class T, class ScoreMod, class MaskMod, class MakeProducts>
 void forward_blocks(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t block, bool sparse,
-                    bool heads_inner, const MakeProducts& make_products) {
+                    bool heads_inner, const PartialTileBits* bits,
+                    const MakeProducts& make_products) {
   const Dims& d = p.dims;
   const std::int64_t q_blocks = (d.Tq + block - 1) / block;
   const std::int64_t heads = d.B * d.Hq;
@@ -500,7 +505,7 @@ void forward_blocks(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t block
       Upcoming ahead;
       if (following < items) ask_ahead(p, products, at, live, locate(following), ahead);
       state.reset(at.rows, d.Dv);
-      attend_keys(p, products, at.b, at.h, at.i0, live, scratch, state, &ahead);
+      attend_keys(p, products, at.b, at.h, at.i0, live, scratch, state, &ahead, bits);
       write_rows(p, at.b, at.h, at.i0, at.rows, live, state);
     }
   }
@@ -514,7 +519,8 @@ void forward_blocks(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t block
 // it out; walking the heads inside, that is a round of heads, ceil(B Hq / threads) items a
 // thread, each reading its q-block's kept tiles of K^T and V (element_bytes each). So the heads go
 // inside while such a round's tiles fill at most half of L2, and always for a mask whose partial
-// tiles' bits the DropCache keeps for the next heads of the same rows (a lambda's). Measured, T =
+// tiles' bits the DropCache keeps for the next heads of the same rows (a lambda's) unless they were
+// computed for the whole call (bits: PartialTileBits, forward_tiled). Measured, T =
 // 8192, H = 8, D = 64, f32, 2 threads, time over full x kept tiles (`qkv bench --variants --T
 // 8192 --pass fwd --threads 2`, builds alternated), heads inside -> outside:
 // - Intel Xeon VM (AVX-512, AMX; 2 MiB of L2 a core), 2026-11-27: window 1.39, 1.41 -> 1.50,
@@ -525,10 +531,14 @@ void forward_blocks(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t block
 //   BigBird 1.34, 1.32, 1.33 -> 1.18, 1.25, 1.24; 8 documents 1.10 -> 1.07-1.10 (every round over
 //   half of L2 there); the window as a lambda 1.28, 1.31, 1.23 -> 1.39, 1.43, 1.38.
 template <class T, class ScoreMod, class MaskMod>
-bool heads_inside(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t element_bytes) {
+bool heads_inside(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t element_bytes,
+                  const PartialTileBits* bits) {
   const Dims& d = p.dims;
   const BlockView blocks(p.blocks);
-  if (DropCache::serves(p.mask_mod, *p.blocks) && blocks.count(TileKind::partial) > 0) return true;
+  if (bits == nullptr && DropCache::serves(p.mask_mod, *p.blocks) &&
+      blocks.count(TileKind::partial) > 0) {
+    return true;
+  }
   const std::int64_t threads = omp_get_max_threads();
   const double round_bytes = static_cast<double>((d.B * d.Hq + threads - 1) / threads) *
                              blocks.kept_per_q_block() *
@@ -546,6 +556,21 @@ void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
   // 8192, fwd, AMD EPYC Zen 3: bigbird's time over full x kept tiles was 2.06 with 128 rows). Its
   // items' order: heads_inside.
   const bool sparse = BlockView(p.blocks).sparse();
+  // A lambda's partial tiles (drop_cache-inl.h), their kept bits once for all heads, so that its
+  // items may go head by head, as the built-in masks' do, and ask ahead for their rows. The
+  // window as a lambda's time over full x kept tiles (T = 8192 / 16384, the same driver as
+  // ask_ahead's, AMD EPYC (avx2 avx512_bf16 avx512f), 2026-11-28, builds alternated, quiet
+  // rounds): heads inside with the DropCache 1.264, 1.265 / 1.265 -> head by head with these bits
+  // 1.179, 1.185 / 1.200, where the built-in window took 1.170, 1.171 / 1.191.
+  std::optional<PartialTileBits> bits;
+  if constexpr (std::is_same_v<MaskMod, FlexMask>) {
+    if (sparse && DropCache::serves(p.mask_mod, *p.blocks) &&
+        BlockView(p.blocks).count(TileKind::partial) > 0) {
+      bits.emplace(p.mask_mod, *p.blocks, T(0));
+      if (!bits->built()) bits.reset();
+    }
+  }
+  const PartialTileBits* partial_bits = bits ? &*bits : nullptr;
   const std::int64_t block =
       sparse
           ? TileTraits::kBlockQ
@@ -555,14 +580,15 @@ void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
     if (p.half_kv.kind == HalfKind::bf16 && p.half_kv.q.data != nullptr &&
         fused_bf16_path(d.Tk, path)) {
       PairTiles pairs(d, p.half_kv.k, p.half_kv.v);
-      forward_blocks(p, block, sparse, sparse && heads_inside(p, 2), [&](ForwardScratch<T>&) {
-        return Bf16Products<ScoreMod, MaskMod>(p, pairs, path, block);
-      });
+      forward_blocks(p, block, sparse, sparse && heads_inside(p, 2, partial_bits), partial_bits,
+                     [&](ForwardScratch<T>&) {
+                       return Bf16Products<ScoreMod, MaskMod>(p, pairs, path, block);
+                     });
       return;
     }
   }
   KeyTiles<T> keys(d, p.k, p.v, p.half_kv);
-  forward_blocks(p, block, sparse, sparse && heads_inside(p, sizeof(T)),
+  forward_blocks(p, block, sparse, sparse && heads_inside(p, sizeof(T), partial_bits), partial_bits,
                  [&](ForwardScratch<T>& scratch) {
                    return F32Products<T, ScoreMod, MaskMod>(p, keys, scratch);
                  });
