@@ -11,7 +11,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -171,6 +173,74 @@ void decode_softmax(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, He
   absorb_rows(run * d.Tq, heads.hi * d.Tq);
 }
 
+// The tile of keys [j0, j0 + cols) of batch b folded into `state`, the rows of the heads in
+// `heads` (row h * Tq + i), key by key: the key's K rows and their scores, one online-softmax step
+// for all the rows at once (their new maxima, then two vector exps: each row's rescaling factor
+// and its weight), then the key's V rows. For tiles that every head keeps whole, with plain scores,
+// no dropout and every query row live; the same state as decode_scores, decode_softmax and
+// decode_values would leave, up to rounding (the sums are taken in another order). A key's K and
+// V rows are read together, so both streams are demand reads the hardware prefetchers follow and
+// memory never idles through a tile's softmax. A scratch program with this kernel's arithmetic
+// (f16 cache, 65536 keys, H 8, D 128, 2 threads, AMD EPYC (avx2 avx512_bf16 avx512f) Zen 5 VM,
+// 2026-11-28; bench/README.md) read 50.5 GB/s in tiles of 64 keys, 56.3 key by key, against 55.3
+// for loads alone. k_ahead: as decode_scores. step [3 * round_up(rows, lanes)], aligned: scratch.
+template <class T, class E>
+void decode_online(const Dims& d, const Rows<const E>& k_rows, const Rows<const E>& v_rows,
+                   const T* q_scaled, std::int64_t b, HeadRange heads, std::int64_t j0,
+                   std::int64_t cols, std::int64_t k_ahead, const SoftmaxState<T>& state, T* step) {
+  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const std::int64_t n = (heads.hi - heads.lo) * d.Tq;  // rows, from heads.lo * Tq
+  const std::int64_t width =
+      round_up(n, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())));
+  T* alpha = step;           // exp of: each row's old max minus its new one
+  T* weight = step + width;  // exp of: the key's score minus the row's new max
+  T* s = step + 2 * width;   // the key's scores
+  std::fill(alpha + n, alpha + width, T(0));
+  std::fill(weight + n, weight + width, T(0));
+  const SoftmaxState<T> rows = state.rows_from(heads.lo * d.Tq, d.Dv);
+  const std::int64_t hk_lo = heads.lo / d.group(), hk_hi = heads.hi / d.group();
+  for (std::int64_t j = j0; j < j0 + cols; ++j) {
+    if (k_ahead > 0 && j + k_ahead < d.Tk) {
+      prefetch_key(k_rows, b, j + k_ahead, hk_lo, hk_hi, d.D);
+    }
+    for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+      const E* k = k_rows.at(b, j, h / d.group());
+      for (std::int64_t i = 0; i < d.Tq; ++i) {
+        const T* q = q_scaled + ((b * d.Tq + i) * d.Hq + h) * d.D;
+        s[(h - heads.lo) * d.Tq + i] = score_dot(q, k, d.D);
+      }
+    }
+    for (std::int64_t r = 0; r < n; ++r) {
+      const T m = rows.m[r];
+      const T m_new = std::max(m, s[r]);
+      // A NaN score poisons its row's sum (docs/numerics.md), as absorb's; a row that has kept
+      // only -inf scores keeps nothing.
+      if (std::isnan(s[r])) rows.l[r] = std::numeric_limits<T>::quiet_NaN();
+      if (std::isnan(s[r]) || m_new == kNegInf) {
+        alpha[r] = T(0);
+        weight[r] = kNegInf;
+        continue;
+      }
+      alpha[r] = m == kNegInf ? kNegInf : m - m_new;
+      weight[r] = s[r] - m_new;
+      rows.m[r] = m_new;
+    }
+    exp_rows(alpha, width);
+    exp_rows(weight, width);
+    for (std::int64_t r = 0; r < n; ++r) {
+      rows.l[r] = rows.l[r] * alpha[r] + weight[r];
+      if (alpha[r] != T(1)) scale_row(rows.acc + r * d.Dv, d.Dv, alpha[r]);
+    }
+    for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+      const E* v = v_rows.at(b, j, h / d.group());
+      for (std::int64_t i = 0; i < d.Tq; ++i) {
+        const std::int64_t r = (h - heads.lo) * d.Tq + i;
+        axpy(weight[r], v, rows.acc + r * d.Dv, d.Dv);
+      }
+    }
+  }
+}
+
 constexpr std::int64_t kGroupedRows = TileTraits::kDecodeGroupedRows;
 
 // Per-thread scratch of the grouped products: each k/v head's query rows (group_queries), a tile
@@ -302,6 +372,17 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
       (d.Hk + std::min(want_groups, d.Hk) - 1) / std::min(want_groups, d.Hk);
   const std::int64_t groups = (d.Hk + kv_per_group - 1) / kv_per_group;
   const std::int64_t items = d.B * splits * groups;
+  // Key by key (decode_online) where K and V come from memory, not from a cache that holds them
+  // from the call before, and where a thread's item reads every head of a key (not heads first:
+  // one row a key leaves the online step's exps nothing to share). `qkv bench --decode-only
+  // --dtype f16 --threads 2 --layout both` (H 8, D 128, Tq 1; K and V of Tk x 4 KiB), AMD EPYC
+  // (avx2 avx512_bf16 avx512f) Zen 5 VM, 2026-11-28, builds alternated, ms, tiles / key by key:
+  // [B, T, H, D] Tk 4096 0.19-0.21 / 0.25-0.26, 8192 0.49 / 0.53, 12288 0.85-0.86 / 0.78-0.83,
+  // 16384 1.20-1.28 / 1.05-1.15, 65536 6.02-6.35 / 5.28-5.48; [B, H, T, D] Tk 65536 5.95-6.17 /
+  // 8.58-8.81.
+  constexpr double kOnlineMinBytes = 40.0 * (1 << 20);
+  const double kv_bytes =
+      static_cast<double>(d.B * d.Tk * d.Hk * (d.D + d.Dv)) * static_cast<double>(sizeof(E));
   const BlockView blocks(p.blocks);
 #pragma omp parallel
   {
@@ -313,6 +394,10 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     const bool grouped = d.group() * d.Tq >= kGroupedRows;
     const std::int64_t group_rows = d.group() * d.Tq;
     GroupScratch<T> products(grouped ? d.Hk : 0, group_rows, grouped ? d.D : 0, grouped ? d.Dv : 0);
+    const auto online_step = hwy::AllocateAligned<T>(static_cast<std::size_t>(
+        3 * round_up(d.Hq * d.Tq, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())))));
+    const bool online = !grouped && !heads_first && kv_bytes > kOnlineMinBytes &&
+                        !p.dropout.enabled() && plain_scores(p.score_mod);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
       const std::int64_t group = item % groups;
@@ -331,12 +416,18 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
       }
       for (std::int64_t j0 = split * TileTraits::kDecodeSplit; j0 < k_end; j0 += kBk) {
         const std::int64_t cols = std::min(kBk, k_end - j0);
-        bool any = false;
+        bool any = false, all_full = true;
         for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
           kinds[h] = live > 0 ? blocks.kind(b, h, 0, j0 / kBk) : TileKind::empty;
           any = any || kinds[h] != TileKind::empty;
+          all_full = all_full && kinds[h] == TileKind::full;
         }
         if (!any) continue;
+        if (online && all_full && live == d.Tq) {
+          decode_online(d, k, v, q_scaled.get(), b, heads, j0, cols, k_ahead, state,
+                        online_step.get());
+          continue;
+        }
         if (grouped) {
           grouped_scores(d, k, v, b, hk_lo, hk_hi, j0, cols, products, scratch.s.get());
         } else {

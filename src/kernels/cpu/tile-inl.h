@@ -18,6 +18,7 @@
 #include "kernels/cpu/load_as-inl.h"
 #include "kernels/cpu/tile_traits.hpp"
 #include "kernels/flash_params.hpp"
+#include "kernels/flex_mods.hpp"
 #include "qkv/philox.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -179,6 +180,10 @@ void score_row(const M& mod, std::int64_t b, std::int64_t h, std::int64_t i, std
 template <class T>
 bool plain_scores(const BuiltinScore<T>& mod) {
   return !(mod.softcap > 0) && !mod.bias && mod.alibi_slopes == nullptr;
+}
+template <class T>
+bool plain_scores(const FlexScore<T>& mod) {
+  return mod.erased == nullptr;
 }
 template <class M>
 bool plain_scores(const M&) {
