@@ -374,15 +374,15 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
   const std::int64_t items = d.B * splits * groups;
   // Key by key (decode_online) where K and V come from memory, not from a cache that holds them
   // from the call before, and where a thread's item reads every head of a key (not heads first:
-  // one row a key leaves the online step's exps nothing to share). `qkv bench --decode-only
-  // --dtype f16 --threads 2 --layout both` (H 8, D 128, Tq 1; K and V of Tk x 4 KiB), AMD EPYC
-  // (avx2 avx512_bf16 avx512f) Zen 5 VM, 2026-11-28, builds alternated, ms, tiles / key by key:
-  // [B, T, H, D] Tk 4096 0.19-0.21 / 0.25-0.26, 8192 0.49 / 0.53, 12288 0.85-0.86 / 0.78-0.83,
-  // 16384 1.20-1.28 / 1.05-1.15, 65536 6.02-6.35 / 5.28-5.48; [B, H, T, D] Tk 65536 5.95-6.17 /
-  // 8.58-8.81.
-  constexpr double kOnlineMinBytes = 40.0 * (1 << 20);
-  const double kv_bytes =
-      static_cast<double>(d.B * d.Tk * d.Hk * (d.D + d.Dv)) * static_cast<double>(sizeof(E));
+  // one row a key leaves the online step's exps nothing to share). Counted in elements, not bytes,
+  // so that a 16-bit cache and the same cache converted to f32 take the same path and give the
+  // same bits. `qkv bench --decode-only --dtype f16 --threads 2 --layout both` (H 8, D 128, Tq 1;
+  // K and V of Tk x 2048 elements), AMD EPYC (avx2 avx512_bf16 avx512f) Zen 5 VM, 2026-11-28,
+  // builds alternated, ms, tiles / key by key: [B, T, H, D] Tk 4096 0.19-0.21 / 0.25-0.26, 8192
+  // 0.49 / 0.53, 12288 0.85-0.86 / 0.78-0.83, 16384 1.20-1.28 / 1.05-1.15, 65536 6.02-6.35 /
+  // 5.28-5.48; [B, H, T, D] Tk 65536 5.95-6.17 / 8.58-8.81.
+  constexpr std::int64_t kOnlineMinElements = std::int64_t{20} << 20;
+  const std::int64_t kv_elements = d.B * d.Tk * d.Hk * (d.D + d.Dv);
   const BlockView blocks(p.blocks);
 #pragma omp parallel
   {
@@ -396,7 +396,7 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     GroupScratch<T> products(grouped ? d.Hk : 0, group_rows, grouped ? d.D : 0, grouped ? d.Dv : 0);
     const auto online_step = hwy::AllocateAligned<T>(static_cast<std::size_t>(
         3 * round_up(d.Hq * d.Tq, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())))));
-    const bool online = !grouped && !heads_first && kv_bytes > kOnlineMinBytes &&
+    const bool online = !grouped && !heads_first && kv_elements > kOnlineMinElements &&
                         !p.dropout.enabled() && plain_scores(p.score_mod);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {

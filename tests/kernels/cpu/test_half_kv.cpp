@@ -196,6 +196,46 @@ TEST(HalfKv, ReadsACacheViewAndNeverItsUnusedTail) {
   for (const double x : got.out.to_vector()) ASSERT_TRUE(std::isfinite(x));
 }
 
+// A cache past the decode's key-by-key threshold (flash_decode.cpp, kOnlineMinElements: K and V
+// of more than 20M elements in [B, T, H, D]), the path no smaller test reaches: the bits of the
+// cache converted to f32 first, the f64 reference's output within FlashAttention's rule, and a
+// NaN in one key's K row reaching exactly the head that reads it.
+TEST(HalfKv, LargeCacheDecodedKeyByKey) {
+  const ForcedFusedPath f32_path(std::nullopt);
+  const std::int64_t B = 1, H = 8, Tk = 12800, D = 128;  // 26.2M elements of K and V
+  Generator g(21);
+  const Tensor q = Tensor::randn({B, 1, H, D}, g, DType::f64).to(DType::f16);
+  Tensor k = Tensor::randn({B, Tk, H, D}, g, DType::f64).to(DType::f16);
+  const Tensor v = Tensor::randn({B, Tk, H, D}, g, DType::f64).to(DType::f16);
+  k.set({0, 7000, 3, 5}, std::numeric_limits<double>::quiet_NaN());
+  AttentionOptions options;
+  options.backend = Backend::cpu;
+  const AttentionOutput got = attention_forward(q, k, v, options);
+  const AttentionOutput f32 =
+      attention_forward(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), options);
+  EXPECT_TRUE(bitwise_equal({got.out.to_vector(), got.lse.to_vector()},
+                            {f32.out.to(DType::f16).to_vector(), f32.lse.to_vector()}));
+  AttentionOptions reference;
+  reference.backend = Backend::reference;
+  const AttentionOutput exact =
+      attention_forward(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), reference);
+  const AttentionOutput low =
+      attention_forward(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), reference);
+  for (std::int64_t h = 0; h < H; ++h) {
+    SCOPED_TRACE("head " + std::to_string(h));
+    const Tensor out = f32.out.slice(2, h, h + 1), want = exact.out.slice(2, h, h + 1);
+    if (h == 3) {
+      for (const double x : out.to_vector()) EXPECT_TRUE(std::isnan(x));
+      EXPECT_TRUE(std::isnan(f32.lse.at({0, h, 0})));
+      continue;
+    }
+    for (const double x : out.to_vector()) ASSERT_TRUE(std::isfinite(x));
+    const double slack = 2.0 * max_error(low.out.slice(2, h, h + 1), want);
+    EXPECT_LE(max_error(out, want), slack + 1e-6 * max_abs(want));
+    EXPECT_NEAR(f32.lse.at({0, h, 0}), exact.lse.at({0, h, 0}), 1e-5);
+  }
+}
+
 // f16 inputs near its largest value (6e4) at D = 256: q . k reaches ~9e11, far past f16's range;
 // the kernels scale and sum in f32, so nothing overflows, and the output is the reference's.
 class F16Range : public ::testing::TestWithParam<std::int64_t> {};
