@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -169,6 +171,20 @@ class PartialTileBits {
   std::vector<std::int64_t> q_block_;  // per tile: its q-block
   std::vector<std::uint64_t> bits_;
 };
+
+// A call's PartialTileBits where they serve its mask (a mod run key by key, the same for every
+// head, with partial tiles) and fit in kMaxBytes; none otherwise.
+template <class T, class MaskMod>
+std::optional<PartialTileBits> partial_tile_bits(const MaskMod& mask,
+                                                 const detail::BlockMaskData& blocks) {
+  if constexpr (std::is_same_v<MaskMod, FlexMask>) {
+    if (DropCache::serves(mask, blocks) && BlockView(&blocks).count(TileKind::partial) > 0) {
+      std::optional<PartialTileBits> bits(std::in_place, mask, blocks, T(0));
+      if (bits->built()) return bits;
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

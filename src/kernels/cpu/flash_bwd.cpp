@@ -706,13 +706,7 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   }
 
   // A lambda's partial tiles (drop_cache-inl.h): their kept bits once for all heads.
-  std::optional<PartialTileBits> partial_bits;
-  if constexpr (std::is_same_v<MaskMod, FlexMask>) {
-    if (DropCache::serves(p.mask_mod, *p.blocks) && blocks.count(TileKind::partial) > 0) {
-      partial_bits.emplace(p.mask_mod, *p.blocks, T(0));
-      if (!partial_bits->built()) partial_bits.reset();
-    }
-  }
+  const std::optional<PartialTileBits> partial_bits = partial_tile_bits<T>(p.mask_mod, *p.blocks);
   const std::int64_t items = nb * nh * chunks;
   // Under a sparse mask, the items of one key chunk for every head one after another: the heads'
   // rows of a [B, T, H, D] tensor lie side by side, so the two threads read and write rows of the

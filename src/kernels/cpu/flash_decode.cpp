@@ -394,10 +394,12 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     const bool grouped = d.group() * d.Tq >= kGroupedRows;
     const std::int64_t group_rows = d.group() * d.Tq;
     GroupScratch<T> products(grouped ? d.Hk : 0, group_rows, grouped ? d.D : 0, grouped ? d.Dv : 0);
-    const auto online_step = hwy::AllocateAligned<T>(static_cast<std::size_t>(
-        3 * round_up(d.Hq * d.Tq, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())))));
     const bool online = !grouped && !heads_first && kv_elements > kOnlineMinElements &&
                         !p.dropout.enabled() && plain_scores(p.score_mod);
+    const auto online_step = hwy::AllocateAligned<T>(static_cast<std::size_t>(
+        online
+            ? 3 * round_up(d.Hq * d.Tq, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())))
+            : 1));
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {
       const std::int64_t group = item % groups;

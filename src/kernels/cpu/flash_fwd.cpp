@@ -505,7 +505,8 @@ void forward_blocks(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t block
       Upcoming ahead;
       if (following < items) ask_ahead(p, products, at, live, locate(following), ahead);
       state.reset(at.rows, d.Dv);
-      attend_keys(p, products, at.b, at.h, at.i0, live, scratch, state, &ahead, bits);
+      attend_keys(p, products, at.b, at.h, at.i0, live, scratch, state,
+                  following < items ? &ahead : nullptr, bits);
       write_rows(p, at.b, at.h, at.i0, at.rows, live, state);
     }
   }
@@ -562,14 +563,8 @@ void forward_tiled(const FwdParams<T, ScoreMod, MaskMod>& p) {
   // ask_ahead's, AMD EPYC (avx2 avx512_bf16 avx512f), 2026-11-28, builds alternated, quiet
   // rounds): heads inside with the DropCache 1.264, 1.265 / 1.265 -> head by head with these bits
   // 1.179, 1.185 / 1.200, where the built-in window took 1.170, 1.171 / 1.191.
-  std::optional<PartialTileBits> bits;
-  if constexpr (std::is_same_v<MaskMod, FlexMask>) {
-    if (sparse && DropCache::serves(p.mask_mod, *p.blocks) &&
-        BlockView(p.blocks).count(TileKind::partial) > 0) {
-      bits.emplace(p.mask_mod, *p.blocks, T(0));
-      if (!bits->built()) bits.reset();
-    }
-  }
+  const std::optional<PartialTileBits> bits =
+      sparse ? partial_tile_bits<T>(p.mask_mod, *p.blocks) : std::nullopt;
   const PartialTileBits* partial_bits = bits ? &*bits : nullptr;
   const std::int64_t block =
       sparse
