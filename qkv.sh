@@ -60,9 +60,29 @@ setup_python() {
   hash=$(sha256sum "$requirements" | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ]; then
     echo "qkv.sh: installing $requirements into $venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
+    install_requirements "$venv" "$requirements"
     echo "$hash" >"$stamp"
   fi
+}
+
+# pip's output goes to build/pip.log, and a failed install is tried again twice: a download cut
+# short fails one attempt, not the test command (a CI run failed so once, with pip's message lost
+# in the middle of the build's output). No pip cache: torch's ~3 GB would lie on disk twice.
+pip_log=build/pip.log
+install_requirements() {  # install_requirements VENV REQUIREMENTS
+  local attempt
+  mkdir -p build
+  for attempt in 1 2 3; do
+    if "$1/bin/python" -m pip install --disable-pip-version-check --no-cache-dir -r "$2" \
+      >"$pip_log" 2>&1; then
+      return 0
+    fi
+    echo "qkv.sh: pip install failed (attempt $attempt of 3); the end of $pip_log:"
+    tail -n 15 "$pip_log"
+    df -h . | tail -n 1
+    if [ "$attempt" -lt 3 ]; then sleep 30; fi
+  done
+  return 1
 }
 
 build() {  # build PRESET
@@ -169,7 +189,11 @@ run_tests() {
   local venv_job=$!
   build release
   phase "release build done"
-  wait "$venv_job"
+  if ! wait "$venv_job"; then
+    echo "qkv.sh: the Python venv could not be set up; the end of $pip_log:"
+    tail -n 30 "$pip_log"
+    exit 1
+  fi
   phase "Python venv ready"
   ctest --preset release
   phase "release tests done"
