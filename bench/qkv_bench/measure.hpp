@@ -122,6 +122,7 @@ struct Peaks {
   double gflops_bf16 = 0.0;
   std::string bf16_path;
   double stream_gbps = 0.0;  // STREAM triad
+  double read_gbps = 0.0;    // the read sweep (read_sweep_gbps)
 };
 
 // One measured row.
@@ -146,6 +147,10 @@ struct RowResult {
   // about the neighbours than about the kernel; this one compares like with like.
   double ceiling_during = 0.0;
   double fraction_during = 0.0;  // rate / ceiling_during, rep by rep, median
+  // Decode rows: the read sweep measured around the row as the triad is, and gbps over it (0
+  // when the peaks were not measured).
+  double read_during = 0.0;
+  double fraction_of_read = 0.0;
 };
 
 // Times one row: builds its Workload with `threads` OpenMP threads, runs it once untimed, then
@@ -171,6 +176,14 @@ inline constexpr int kBurstIterationsLog2 = 22;
 inline constexpr std::int64_t kStreamBytesPerArray = std::int64_t{128} << 20;
 double stream_triad_gbps(int threads, int runs = 10,
                          std::int64_t bytes_per_array = kStreamBytesPerArray);
+// Loads alone, as a decode reads K and V: every thread sums its static share of two arrays of
+// `bytes_per_array` each (first-touched by it), 2 * bytes_per_array per sweep; best of `runs`. A
+// kernel that only reads cannot pass it. It is the ceiling that decode rows are held against
+// beside the triad, which it does not reach: a core's reads wait on memory with a bounded number
+// of misses in flight, while the triad's writes, a third of its traffic, do not (Zen 5 VM, 2
+// threads, 2026-11-28: 50-55 GB/s read where the triad measured 69-79).
+double read_sweep_gbps(int threads, int runs = 10,
+                       std::int64_t bytes_per_array = kStreamBytesPerArray);
 Peaks measure_peaks(int threads);
 
 // The default suite: B = 1, H = 8, T in ts, D in ds, causal and not, fwd and bwd, then the decode

@@ -207,6 +207,37 @@ double stream_triad_gbps(int threads, int runs, std::int64_t bytes_per_array) {
   return best;
 }
 
+double read_sweep_gbps(int threads, int runs, std::int64_t bytes_per_array) {
+  if (threads < 1) throw Error("threads", "at least 1", std::to_string(threads));
+  if (bytes_per_array < 1 << 20) {
+    throw Error("bytes_per_array", "at least 1 MiB", std::to_string(bytes_per_array));
+  }
+  const std::int64_t n = bytes_per_array / static_cast<std::int64_t>(sizeof(std::uint64_t));
+  auto b = hwy::AllocateAligned<std::uint64_t>(static_cast<std::size_t>(n));
+  auto c = hwy::AllocateAligned<std::uint64_t>(static_cast<std::size_t>(n));
+  if (!b || !c) throw Error("read arrays", "2 x " + std::to_string(n) + " u64", "no memory");
+  std::uint64_t* pb = b.get();
+  std::uint64_t* pc = c.get();
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    pb[i] = static_cast<std::uint64_t>(i);
+    pc[i] = static_cast<std::uint64_t>(n - i);
+  }
+  double best = 0.0;
+  for (int run = 0; run < runs; ++run) {
+    std::uint64_t sum = 0;  // integers, so that the compiler may vectorize the sum
+    const Clock::time_point start = Clock::now();
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : sum)
+    for (std::int64_t i = 0; i < n; ++i) sum += pb[i] + pc[i];
+    best = std::max(best, 2.0 * static_cast<double>(bytes_per_array) / seconds_since(start) * 1e-9);
+    // Each pair sums to n: the loads happened and were not elided.
+    if (sum != static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n)) {
+      throw Error("read sweep", "sum n * n", std::to_string(sum));
+    }
+  }
+  return best;
+}
+
 Peaks measure_peaks(int threads) {
   Peaks peaks;
   peaks.gflops_f32 = fma_peak_gflops(DType::f32, threads);
@@ -214,6 +245,7 @@ Peaks measure_peaks(int threads) {
   peaks.gflops_bf16 = bf16_peak_gflops(threads);
   peaks.bf16_path = bf16_peak_path();
   peaks.stream_gbps = stream_triad_gbps(threads);
+  peaks.read_gbps = read_sweep_gbps(threads);
   return peaks;
 }
 

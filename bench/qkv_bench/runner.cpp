@@ -250,6 +250,7 @@ RowResult run_row(const Shape& shape, int threads, int requested_reps, const Pea
   const bool probe = peak > 0.0;
   // Decode rows: the bandwidth just before the row (its arrays are freed before the RSS reset).
   const double stream_before = probe && shape.is_decode() ? stream_triad_gbps(threads, 3) : 0.0;
+  const double read_before = probe && shape.is_decode() ? read_sweep_gbps(threads, 3) : 0.0;
   const bool reset = reset_peak_rss();
   result.shape = shape;
   result.threads = threads;
@@ -290,6 +291,8 @@ RowResult run_row(const Shape& shape, int threads, int requested_reps, const Pea
     result.peak_fraction = result.gbps / peak;
     result.ceiling_during = 0.5 * (stream_before + stream_triad_gbps(threads, 3));
     result.fraction_during = result.gbps / result.ceiling_during;
+    result.read_during = 0.5 * (read_before + read_sweep_gbps(threads, 3));
+    result.fraction_of_read = result.gbps / result.read_during;
   } else {
     result.peak_fraction = result.gflops / peak;
     result.ceiling_during = median(std::move(bursts));

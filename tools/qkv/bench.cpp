@@ -131,6 +131,12 @@ nlohmann::ordered_json row_json(const bench::RowResult& r, bool have_peak) {
       have_peak ? nlohmann::ordered_json(rounded(r.ceiling_during, 2)) : nullptr;
   row["fraction_during_row"] =
       have_peak ? nlohmann::ordered_json(rounded(r.fraction_during, 4)) : nullptr;
+  if (s.is_decode()) {
+    row["read_during_row"] =
+        have_peak ? nlohmann::ordered_json(rounded(r.read_during, 2)) : nullptr;
+    row["fraction_of_read_during_row"] =
+        have_peak ? nlohmann::ordered_json(rounded(r.fraction_of_read, 4)) : nullptr;
+  }
   row["peak_rss_mb"] = rounded(r.peak_rss_mb, 2);
   row["peak_rss_is_row"] = r.peak_rss_is_row;
   return row;
@@ -140,7 +146,7 @@ void print_header(bool have_peak) {
   std::printf("%-6s %-4s %2s %3s %6s %6s %4s %-6s %-5s %-6s %7s %4s %10s %8s %7s", "kernel", "pass",
               "B", "H", "Tq", "Tk", "D", "causal", "dtype", "layout", "threads", "reps", "ms",
               "GFLOP/s", "GB/s");
-  if (have_peak) std::printf(" %6s %8s %6s", "%fma", "%stream", "%now");
+  if (have_peak) std::printf(" %6s %8s %6s %6s", "%fma", "%stream", "%now", "%read");
   std::printf(" %8s\n", "RSS_MB");
 }
 
@@ -165,6 +171,11 @@ void print_row(const bench::RowResult& r, bool have_peak) {
       std::printf(" %5.1f%% %8s", percent, "-");
     }
     std::printf(" %5.1f%%", 100.0 * r.fraction_during);
+    if (s.is_decode()) {
+      std::printf(" %5.1f%%", 100.0 * r.fraction_of_read);
+    } else {
+      std::printf(" %6s", "-");
+    }
   }
   std::printf(" %8.1f\n", r.peak_rss_mb);
   std::fflush(stdout);
@@ -584,9 +595,9 @@ void run_bench(const BenchOptions& opt) {
     peaks = bench::measure_peaks(threads);
     std::printf(
         "peak: %.1f GFLOP/s f32 FMA, %.1f GFLOP/s f64 FMA, %.1f GFLOP/s bf16 (%s), %.1f GB/s "
-        "STREAM triad (best of 10, %d threads)\n",
+        "STREAM triad, %.1f GB/s read sweep (best of 10, %d threads)\n",
         peaks.gflops_f32, peaks.gflops_f64, peaks.gflops_bf16, peaks.bf16_path.c_str(),
-        peaks.stream_gbps, threads);
+        peaks.stream_gbps, peaks.read_gbps, threads);
   }
   std::printf(
       "GFLOP/s counts 4*B*H*Tq*Tk*D per forward (halved when causal), 2.5x for the "
@@ -608,6 +619,7 @@ void run_bench(const BenchOptions& opt) {
         opt.peak ? nlohmann::ordered_json(rounded(peaks.gflops_bf16, 2)) : nullptr;
     doc["peak_bf16_path"] = opt.peak ? nlohmann::ordered_json(peaks.bf16_path) : nullptr;
     doc["stream_gbps"] = opt.peak ? nlohmann::ordered_json(rounded(peaks.stream_gbps, 2)) : nullptr;
+    doc["read_gbps"] = opt.peak ? nlohmann::ordered_json(rounded(peaks.read_gbps, 2)) : nullptr;
     doc["machine"] = {{"cpu", cpu_model()},
                       {"cpu_flags", cpu_flags()},
                       {"threads", threads},
