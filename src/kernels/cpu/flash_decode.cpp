@@ -175,29 +175,46 @@ void decode_softmax(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, He
 
 // The tile of keys [j0, j0 + cols) of batch b folded into `state`, the rows of the heads in
 // `heads` (row h * Tq + i), key by key: the key's K rows and their scores, one online-softmax step
-// for all the rows at once (their new maxima, then two vector exps: each row's rescaling factor
-// and its weight), then the key's V rows. For tiles that every head keeps whole, with plain scores,
-// no dropout and every query row live; the same state as decode_scores, decode_softmax and
-// decode_values would leave, up to rounding (the sums are taken in another order). A key's K and
-// V rows are read together, so both streams are demand reads the hardware prefetchers follow and
-// memory never idles through a tile's softmax. A scratch program with this kernel's arithmetic
-// (f16 cache, 65536 keys, H 8, D 128, 2 threads, AMD EPYC (avx2 avx512_bf16 avx512f) Zen 5 VM,
-// 2026-11-28; bench/README.md) read 50.5 GB/s in tiles of 64 keys, 56.3 key by key, against 55.3
-// for loads alone. k_ahead: as decode_scores. step [3 * round_up(rows, lanes)], aligned: scratch.
+// for all the rows at once, a vector of rows at a time (their new maxima, rescaling factors,
+// weights and sums, with the tile's maxima and sums held in `step`), then the key's V rows. For
+// tiles that every head keeps whole, with plain scores, no dropout and every query row live; the
+// same state as decode_scores, decode_softmax and decode_values would leave, up to rounding (the
+// sums are taken in another order). A key's K and V rows are read together, so both streams are
+// demand reads the hardware prefetchers follow and memory never idles through a tile's softmax.
+// A scratch program with this kernel's arithmetic (f16 cache, 65536 keys, H 8, D 128, 2 threads,
+// AMD EPYC (avx2 avx512_bf16 avx512f) Zen 5 VM, 2026-11-28; bench/README.md) read 50.5 GB/s in
+// tiles of 64 keys, 56.3 key by key, against 55.3 for loads alone. The step in vectors instead of
+// a scalar loop over the rows (with two vector exps): `qkv bench --decode-only --decode-tk 16384
+// 65536 --dtype f16 --threads 2 --reps 15`, the same VM, 8 alternated rounds, medians of the
+// rounds' ratios, 0.90 of the time at 16384 keys (0.83-0.96), 0.97 at 65536 (0.83-1.30: the
+// host's bandwidth moved by 1.4x between rounds). Tried and not kept, the same way: 4 keys a step
+// (one load and store of each accumulator row per 4 keys), 1.7x the time, 1.25x with V
+// prefetched as K is read; K and V prefetched 8 keys ahead, 1.4x. k_ahead: as decode_scores.
+// step [5 * round_up(rows, lanes)], aligned: scratch.
 template <class T, class E>
 void decode_online(const Dims& d, const Rows<const E>& k_rows, const Rows<const E>& v_rows,
                    const T* q_scaled, std::int64_t b, HeadRange heads, std::int64_t j0,
                    std::int64_t cols, std::int64_t k_ahead, const SoftmaxState<T>& state, T* step) {
-  constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const hn::ScalableTag<T> dt;
+  const auto lanes = static_cast<std::int64_t>(hn::Lanes(dt));
   const std::int64_t n = (heads.hi - heads.lo) * d.Tq;  // rows, from heads.lo * Tq
-  const std::int64_t width =
-      round_up(n, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())));
-  T* alpha = step;           // exp of: each row's old max minus its new one
-  T* weight = step + width;  // exp of: the key's score minus the row's new max
-  T* s = step + 2 * width;   // the key's scores
-  std::fill(alpha + n, alpha + width, T(0));
-  std::fill(weight + n, weight + width, T(0));
+  const std::int64_t width = round_up(n, lanes);
+  // The rows' maxima and sums for the tile, padded to whole vectors (the lanes past n compute
+  // what no row reads), the key's scores, and each row's rescaling factor and weight.
+  T* m = step;
+  T* l = step + width;
+  T* s = step + 2 * width;
+  T* alpha = step + 3 * width;
+  T* weight = step + 4 * width;
   const SoftmaxState<T> rows = state.rows_from(heads.lo * d.Tq, d.Dv);
+  std::copy_n(rows.m, n, m);
+  std::copy_n(rows.l, n, l);
+  std::fill(m + n, m + width, T(0));
+  std::fill(l + n, l + width, T(0));
+  std::fill(s + n, s + width, T(0));
+  const auto neg_inf = hn::Set(dt, -std::numeric_limits<T>::infinity());
+  const auto one = hn::Set(dt, T(1));
+  const auto nan = hn::Set(dt, std::numeric_limits<T>::quiet_NaN());
   const std::int64_t hk_lo = heads.lo / d.group(), hk_hi = heads.hi / d.group();
   for (std::int64_t j = j0; j < j0 + cols; ++j) {
     if (k_ahead > 0 && j + k_ahead < d.Tk) {
@@ -210,26 +227,30 @@ void decode_online(const Dims& d, const Rows<const E>& k_rows, const Rows<const 
         s[(h - heads.lo) * d.Tq + i] = score_dot(q, k, d.D);
       }
     }
-    for (std::int64_t r = 0; r < n; ++r) {
-      const T m = rows.m[r];
-      const T m_new = std::max(m, s[r]);
-      // A NaN score poisons its row's sum (docs/numerics.md), as absorb's; a row that has kept
-      // only -inf scores keeps nothing.
-      if (std::isnan(s[r])) rows.l[r] = std::numeric_limits<T>::quiet_NaN();
-      if (std::isnan(s[r]) || m_new == kNegInf) {
-        alpha[r] = T(0);
-        weight[r] = kNegInf;
-        continue;
-      }
-      alpha[r] = m == kNegInf ? kNegInf : m - m_new;
-      weight[r] = s[r] - m_new;
-      rows.m[r] = m_new;
+    // One online-softmax step for the rows, lanes at a time. A NaN score poisons its row's sum
+    // (docs/numerics.md), as absorb's, and moves nothing else; a row that has kept only -inf
+    // scores keeps nothing (its factor exp(0), its weight exp(-inf) = 0).
+    bool moved = false;
+    for (std::int64_t r = 0; r < width; r += lanes) {
+      const auto m_old = hn::Load(dt, m + r), score = hn::Load(dt, s + r);
+      const auto is_nan = hn::IsNaN(score);
+      const auto m_new = hn::IfThenElse(is_nan, m_old, hn::Max(m_old, score));
+      const auto dead = hn::Eq(m_new, neg_inf);
+      const auto factor = exp_softmax(
+          dt, hn::IfThenZeroElse(
+                  dead, hn::IfThenElse(hn::Eq(m_old, neg_inf), neg_inf, hn::Sub(m_old, m_new))));
+      const auto w =
+          exp_softmax(dt, hn::IfThenElse(hn::Or(is_nan, dead), neg_inf, hn::Sub(score, m_new)));
+      hn::Store(m_new, dt, m + r);
+      hn::Store(hn::IfThenElse(is_nan, nan, hn::MulAdd(hn::Load(dt, l + r), factor, w)), dt, l + r);
+      hn::Store(factor, dt, alpha + r);
+      hn::Store(w, dt, weight + r);
+      moved = moved || !hn::AllTrue(dt, hn::Eq(factor, one));
     }
-    exp_rows(alpha, width);
-    exp_rows(weight, width);
-    for (std::int64_t r = 0; r < n; ++r) {
-      rows.l[r] = rows.l[r] * alpha[r] + weight[r];
-      if (alpha[r] != T(1)) scale_row(rows.acc + r * d.Dv, d.Dv, alpha[r]);
+    if (moved) {
+      for (std::int64_t r = 0; r < n; ++r) {
+        if (alpha[r] != T(1)) scale_row(rows.acc + r * d.Dv, d.Dv, alpha[r]);
+      }
     }
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
       const E* v = v_rows.at(b, j, h / d.group());
@@ -239,6 +260,8 @@ void decode_online(const Dims& d, const Rows<const E>& k_rows, const Rows<const 
       }
     }
   }
+  std::copy_n(m, n, rows.m);
+  std::copy_n(l, n, rows.l);
 }
 
 constexpr std::int64_t kGroupedRows = TileTraits::kDecodeGroupedRows;
@@ -398,7 +421,7 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
                         !p.dropout.enabled() && plain_scores(p.score_mod);
     const auto online_step = hwy::AllocateAligned<T>(static_cast<std::size_t>(
         online
-            ? 3 * round_up(d.Hq * d.Tq, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())))
+            ? 5 * round_up(d.Hq * d.Tq, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())))
             : 1));
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t item = 0; item < items; ++item) {

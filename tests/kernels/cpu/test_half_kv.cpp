@@ -199,10 +199,11 @@ TEST(HalfKv, ReadsACacheViewAndNeverItsUnusedTail) {
 // A cache past the decode's key-by-key threshold (flash_decode.cpp, kOnlineMinElements: K and V
 // of more than 20M elements in [B, T, H, D]), the path no smaller test reaches: the bits of the
 // cache converted to f32 first, the f64 reference's output within FlashAttention's rule, and a
-// NaN in one key's K row reaching exactly the head that reads it.
+// NaN in one key's K row reaching exactly the head that reads it. Tk is no multiple of a tile's
+// keys (kBk), so the last tile holds 3.
 TEST(HalfKv, LargeCacheDecodedKeyByKey) {
   const ForcedFusedPath f32_path(std::nullopt);
-  const std::int64_t B = 1, H = 8, Tk = 12800, D = 128;  // 26.2M elements of K and V
+  const std::int64_t B = 1, H = 8, Tk = 12803, D = 128;  // 26.2M elements of K and V
   Generator g(21);
   const Tensor q = Tensor::randn({B, 1, H, D}, g, DType::f64).to(DType::f16);
   Tensor k = Tensor::randn({B, Tk, H, D}, g, DType::f64).to(DType::f16);
