@@ -29,11 +29,36 @@ hn::Vec<D> load_as(D d, const Bf16* HWY_RESTRICT p) {
   const hn::Rebind<hwy::bfloat16_t, D> dh;
   return hn::PromoteTo(d, hn::BitCast(dh, hn::LoadU(du, &p->bits)));
 }
+
+// Whether this target's f16 conversion is Highway's software one: 1.0.3 converts in software on
+// x86 below AVX2 (no F16C) and on EMU128 and SCALAR, and there takes an exponent of all ones
+// (infinity, NaN) for a finite number of 2^16 and more (a NaN key read as 98304.0).
+#if (HWY_ARCH_X86 && HWY_TARGET >= HWY_SSE4) || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+inline constexpr bool kSoftwareF16 = true;
+#else
+inline constexpr bool kSoftwareF16 = false;
+#endif
+
 template <class D>
 hn::Vec<D> load_as(D d, const F16* HWY_RESTRICT p) {
   const hn::Rebind<std::uint16_t, D> du;
   const hn::Rebind<hwy::float16_t, D> dh;
-  return hn::PromoteTo(d, hn::BitCast(dh, hn::LoadU(du, &p->bits)));
+  const auto bits = hn::LoadU(du, &p->bits);
+  const auto x = hn::PromoteTo(d, hn::BitCast(dh, bits));
+  if constexpr (!kSoftwareF16) {
+    return x;
+  } else {
+    // Infinities and NaNs as f16_bits_to_f32 (qkv/half.hpp) and F16C give them: the sign, an
+    // exponent of all ones, the mantissa shifted up.
+    const hn::RebindToUnsigned<D> du32;
+    const auto wide = hn::PromoteTo(du32, bits);
+    const auto exponent = hn::Set(du32, 0x7C00u);
+    const auto special = hn::Eq(hn::And(wide, exponent), exponent);
+    const auto ieee = hn::Or(hn::ShiftLeft<16>(hn::And(wide, hn::Set(du32, 0x8000u))),
+                             hn::Or(hn::Set(du32, 0x7F800000u),
+                                    hn::ShiftLeft<13>(hn::And(wide, hn::Set(du32, 0x3FFu)))));
+    return hn::IfThenElse(hn::RebindMask(d, special), hn::BitCast(d, ieee), x);
+  }
 }
 
 // One element, for the tails.
