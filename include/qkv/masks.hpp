@@ -390,6 +390,27 @@ inline SlidingWindow sliding_window(std::int64_t left, std::int64_t right,
   return {left, right, offset};
 }
 
+// Mod m seen from a block of a longer sequence: row i of the block is m's row i + q0, key j its
+// key j + k0 (a shard of ring attention, qkv/dist.hpp; a chunk of a prefill). Keeps m's key
+// intervals where m has them; other mods are walked element by element.
+template <class M>
+struct Shifted {
+  M mod;
+  std::int64_t q0 = 0, k0 = 0;
+  bool operator()(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return mod(b, h, i + q0, j + k0);
+  }
+  KeyRange keys(std::int64_t b, std::int64_t h, std::int64_t i) const requires HasKeys<M> {
+    const KeyRange r = mod.keys(b, h, i + q0);
+    if (r.empty()) return {0, 0};
+    return {std::max<std::int64_t>(r.lo - k0, 0), std::max<std::int64_t>(r.hi - k0, 0)};
+  }
+};
+template <class M>
+Shifted<M> shifted(M mod, std::int64_t q0, std::int64_t k0) {
+  return {std::move(mod), q0, k0};
+}
+
 // Key padding: batch b keeps keys [0, lengths[b]) (one length broadcasts over the batch).
 struct KeyLengths {
   std::shared_ptr<const std::vector<std::int64_t>> lengths;

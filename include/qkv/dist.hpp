@@ -1,0 +1,171 @@
+#pragma once
+
+// Attention beyond one process, over MPI (Open MPI): exact ring attention, the sequence sharded
+// across the ranks of a communicator (Liu et al. 2023, "Ring Attention with Blockwise
+// Transformers"). Built where CMake finds MPI (the qkv::dist target); this header names no MPI
+// type.
+//
+//   auto world = qkv::dist::Communicator::world();  // initializes MPI if the caller has not
+//   // rank r holds rows [r T, (r + 1) T) of the sequence: q [B, T, Hq, D], k, v [B, T, Hk, D]
+//   auto [out, lse] = qkv::dist::ring_attention(q, k, v, qkv::masks::causal(), world);
+//   auto grads = qkv::dist::ring_attention_backward(dout, q, k, v, out, lse,
+//                                                   qkv::masks::causal(), world);
+//
+// Each rank's K and V travel around the ring, one rank a step, sent and received without
+// blocking while the fused kernel works on the block in hand; the partial outputs merge exactly
+// through their lse (the online softmax's merge), so the result is the single-process one up to
+// the order of the sums. The backward sends K and V around again, with the gradients of each
+// block accumulating as it travels, home after the last step. The mask and score mods are written
+// in global positions (the whole sequence's row and key indices); each step sees them shifted to
+// its pair of shards (masks::Shifted).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "qkv/attention.hpp"
+#include "qkv/block_mask.hpp"
+#include "qkv/flex.hpp"
+#include "qkv/masks.hpp"
+#include "qkv/tensor.hpp"
+
+namespace qkv::dist {
+
+// An MPI communicator: world() is MPI_COMM_WORLD; from_mpi(&comm) wraps a communicator of the
+// caller's (the address of an MPI_Comm, which must outlive every use). Copies share it.
+class Communicator {
+ public:
+  // MPI_COMM_WORLD, initializing MPI (MPI_THREAD_FUNNELED) if it is not yet; MPI is then finalized
+  // at exit. The caller's own MPI_Init is kept, and its MPI_Finalize left to it.
+  static Communicator world();
+  static Communicator from_mpi(const void* mpi_comm);
+
+  int rank() const;
+  int size() const;
+
+  struct Impl;  // src/dist/communicator.hpp
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  explicit Communicator(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Where a ring call's time went on this rank, added to by every call given it: the steps'
+// kernels, the waits for a block or its gradients still on the wire after the kernel was done
+// (communication the kernel did not hide), and the bytes this rank sent.
+struct RingStats {
+  int steps = 0;
+  double compute_seconds = 0.0;
+  double wait_seconds = 0.0;
+  std::int64_t bytes_sent = 0;
+};
+
+namespace detail {
+
+// One ring step: the partial result of this rank's queries against a block of keys k [B, T, Hk,
+// D], v [B, T, Hk, Dv] whose first key is global key k0.
+using RingForwardStep =
+    std::function<AttentionOutput(const Tensor& k, const Tensor& v, std::int64_t k0)>;
+using RingBackwardStep =
+    std::function<AttentionGrads(const Tensor& k, const Tensor& v, std::int64_t k0)>;
+
+// The ring around the steps (src/dist/ring_attention.cpp): q, k, v this rank's shards.
+AttentionOutput ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const FlexOptions& options, const Communicator& comm,
+                             const RingForwardStep& step, RingStats* stats);
+AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const FlexOptions& options, const Communicator& comm,
+                             const RingBackwardStep& step, RingStats* stats);
+
+// A score mod in global positions seen from a pair of shards.
+template <class S>
+struct ShiftedScore {
+  S mod;
+  std::int64_t q0 = 0, k0 = 0;
+  template <class V>
+  V operator()(V s, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
+    return mod(s, b, h, i + q0, j + k0);
+  }
+};
+
+template <class MaskMod>
+BlockMask shard_mask(const MaskMod& mask_mod, const Tensor& q, const Tensor& k, std::int64_t q0,
+                     std::int64_t k0) {
+  return create_block_mask(masks::shifted(mask_mod, q0, k0), q.size(0), q.size(2), q.size(1),
+                           k.size(1));
+}
+
+}  // namespace detail
+
+// This rank's shard of the sequence, rows [rank T, (rank + 1) T) of every batch: q [B, T, Hq, D],
+// k [B, T, Hk, D], v [B, T, Hk, Dv], the same T and dtype (f32 or f64) on every rank; mask_mod
+// and score_mod (qkv/flex.hpp) in global positions. Returns this shard's out [B, T, Hq, Dv] and
+// lse [B, Hq, T], those of flex_attention over the whole sequence. Every rank of comm calls it.
+// Dropout is refused (its mask is not yet keyed on global positions). stats, where given, is
+// added to.
+template <class MaskMod, class ScoreMod>
+AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, MaskMod mask_mod,
+                               ScoreMod score_mod, const Communicator& comm,
+                               const FlexOptions& options = {}, RingStats* stats = nullptr) {
+  const std::int64_t q0 = comm.rank() * q.size(1);
+  return detail::ring_forward(
+      q, k, v, options, comm,
+      [&](const Tensor& kb, const Tensor& vb, std::int64_t k0) {
+        const detail::ShiftedScore<ScoreMod> score{score_mod, q0, k0};
+        return flex_attention(q, kb, vb, score, detail::shard_mask(mask_mod, q, kb, q0, k0),
+                              options);
+      },
+      stats);
+}
+// Without a score mod.
+template <class MaskMod>
+AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, MaskMod mask_mod,
+                               const Communicator& comm, const FlexOptions& options = {},
+                               RingStats* stats = nullptr) {
+  const std::int64_t q0 = comm.rank() * q.size(1);
+  return detail::ring_forward(
+      q, k, v, options, comm,
+      [&](const Tensor& kb, const Tensor& vb, std::int64_t k0) {
+        return flex_attention(q, kb, vb, detail::shard_mask(mask_mod, q, kb, q0, k0), options);
+      },
+      stats);
+}
+
+// dout [B, T, Hq, Dv] and this rank's q, k, v, out, lse as ring_attention took and returned them,
+// with the same mods and options -> this shard's dq, dk, dv.
+template <class MaskMod, class ScoreMod>
+AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const Tensor& out, const Tensor& lse,
+                                       MaskMod mask_mod, ScoreMod score_mod,
+                                       const Communicator& comm, const FlexOptions& options = {},
+                                       RingStats* stats = nullptr) {
+  const std::int64_t q0 = comm.rank() * q.size(1);
+  return detail::ring_backward(
+      q, k, v, options, comm,
+      [&](const Tensor& kb, const Tensor& vb, std::int64_t k0) {
+        const detail::ShiftedScore<ScoreMod> score{score_mod, q0, k0};
+        return flex_attention_backward(dout, q, kb, vb, out, lse, score,
+                                       detail::shard_mask(mask_mod, q, kb, q0, k0), options);
+      },
+      stats);
+}
+// Without a score mod.
+template <class MaskMod>
+AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const Tensor& out, const Tensor& lse,
+                                       MaskMod mask_mod, const Communicator& comm,
+                                       const FlexOptions& options = {},
+                                       RingStats* stats = nullptr) {
+  const std::int64_t q0 = comm.rank() * q.size(1);
+  return detail::ring_backward(
+      q, k, v, options, comm,
+      [&](const Tensor& kb, const Tensor& vb, std::int64_t k0) {
+        return flex_attention_backward(dout, q, kb, vb, out, lse,
+                                       detail::shard_mask(mask_mod, q, kb, q0, k0), options);
+      },
+      stats);
+}
+
+}  // namespace qkv::dist

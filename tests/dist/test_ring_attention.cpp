@@ -1,0 +1,181 @@
+// Ring attention against flex_attention over the whole sequence in one process: every rank makes
+// the same global q, k, v and dout from one seed, computes the whole problem itself, and its
+// shard by the ring. out, lse, dq, dk and dv of its rows must agree to the rounding of sums taken
+// in another order: f64 within 1e-12 of the largest value, f32 within 2e-5.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "qkv/dist.hpp"
+#include "qkv/qkv.hpp"
+
+namespace qkv::testing {
+namespace {
+
+using dist::Communicator;
+
+constexpr std::int64_t B = 2, Tl = 37, Hq = 4, Hk = 2, D = 16, Dv = 12;
+
+// max |got - want| over max(1, max |want|); NaN where they disagree on a NaN.
+double relative_error(const Tensor& got, const Tensor& want) {
+  const std::vector<double> a = got.to_vector(), b = want.to_vector();
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0, scale = 1.0;
+  for (std::size_t n = 0; n < a.size() && n < b.size(); ++n) {
+    if (std::isinf(b[n]) || std::isinf(a[n])) {
+      if (a[n] != b[n]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    worst = std::max(worst, std::abs(a[n] - b[n]));
+    scale = std::max(scale, std::abs(b[n]));
+  }
+  return worst / scale;
+}
+
+// The rows of this rank's shard: dim 1 of [B, T, H, D], dim 2 of lse [B, H, T].
+Tensor shard(const Tensor& x, const Communicator& comm, std::int64_t dim = 1) {
+  return x.slice(dim, comm.rank() * Tl, (comm.rank() + 1) * Tl);
+}
+
+// Document ids of a packed sequence of T tokens, documents of 23, 50, 11 and 40 tokens in turn:
+// they cross the shards' boundaries.
+std::vector<std::int64_t> documents(std::int64_t T) {
+  const std::int64_t lengths[] = {23, 50, 11, 40};
+  std::vector<std::int64_t> ids;
+  for (std::int64_t doc = 0; static_cast<std::int64_t>(ids.size()) < T; ++doc) {
+    ids.insert(ids.end(), static_cast<std::size_t>(lengths[doc % 4]), doc);
+  }
+  ids.resize(static_cast<std::size_t>(T));
+  return ids;
+}
+
+struct Inputs {
+  Tensor q, k, v, dout;  // global
+};
+
+Inputs make_inputs(std::int64_t T, DType dtype) {
+  Generator g(7);
+  return {Tensor::randn({B, T, Hq, D}, g, DType::f64).to(dtype),
+          Tensor::randn({B, T, Hk, D}, g, DType::f64).to(dtype),
+          Tensor::randn({B, T, Hk, Dv}, g, DType::f64).to(dtype),
+          Tensor::randn({B, T, Hq, Dv}, g, DType::f64).to(dtype)};
+}
+
+// The whole problem in this process and this rank's shard by the ring, compared. `whole(in,
+// blocks)` and `ring(q, k, v, dout)` return the forward's output and the gradients.
+template <class Mask, class Whole, class Ring>
+void compare(const std::string& name, DType dtype, const Mask& mask, Whole whole, Ring ring) {
+  const Communicator world = Communicator::world();
+  SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)) + ", rank " +
+               std::to_string(world.rank()) + " of " + std::to_string(world.size()));
+  const std::int64_t T = world.size() * Tl;
+  const Inputs in = make_inputs(T, dtype);
+  const BlockMask blocks = create_block_mask(mask, B, Hq, T, T);
+  const auto [want, want_grads] = whole(in, blocks);
+  // The shards as views of the global tensors: strided, read where they lie.
+  const auto [got, got_grads] =
+      ring(shard(in.q, world), shard(in.k, world), shard(in.v, world), shard(in.dout, world));
+  const double tolerance = dtype == DType::f64 ? 1e-12 : 2e-5;
+  EXPECT_LE(relative_error(got.out, shard(want.out, world)), tolerance) << "out";
+  EXPECT_LE(relative_error(got.lse, shard(want.lse, world, 2)), tolerance) << "lse";
+  EXPECT_LE(relative_error(got_grads.dq, shard(want_grads.dq, world)), tolerance) << "dq";
+  EXPECT_LE(relative_error(got_grads.dk, shard(want_grads.dk, world)), tolerance) << "dk";
+  EXPECT_LE(relative_error(got_grads.dv, shard(want_grads.dv, world)), tolerance) << "dv";
+}
+
+template <class Mask>
+void compare_mask(const std::string& name, const Mask& mask) {
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    compare(
+        name, dtype, mask,
+        [&](const Inputs& in, const BlockMask& blocks) {
+          AttentionOutput o = flex_attention(in.q, in.k, in.v, blocks);
+          AttentionGrads g =
+              flex_attention_backward(in.dout, in.q, in.k, in.v, o.out, o.lse, blocks);
+          return std::pair{o, g};
+        },
+        [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout) {
+          const Communicator world = Communicator::world();
+          AttentionOutput o = dist::ring_attention(q, k, v, mask, world);
+          AttentionGrads g =
+              dist::ring_attention_backward(dout, q, k, v, o.out, o.lse, mask, world);
+          return std::pair{o, g};
+        });
+  }
+}
+
+TEST(RingAttention, EveryKey) { compare_mask("full", masks::Full{}); }
+
+TEST(RingAttention, Causal) { compare_mask("causal", masks::causal()); }
+
+TEST(RingAttention, SlidingWindowAcrossShards) {
+  compare_mask("window", masks::sliding_window(45, 3));
+}
+
+TEST(RingAttention, DocumentsAcrossShards) {
+  const std::int64_t T = Communicator::world().size() * Tl;
+  compare_mask("document", masks::document(documents(T)));
+  compare_mask("causal document", and_masks(masks::causal(), masks::document(documents(T))));
+}
+
+// A row that keeps no key anywhere: out 0, lse -inf, no gradient, as in one process; and a
+// lambda, which the block mask walks element by element.
+TEST(RingAttention, RowWithNoKey) {
+  compare_mask("no key for row 40", [](std::int64_t, std::int64_t, std::int64_t i, std::int64_t j) {
+    return i != 40 && j <= i;
+  });
+}
+
+// A score mod in global positions (ALiBi's distance), which each step must see shifted.
+TEST(RingAttention, ScoreModInGlobalPositions) {
+  const auto alibi = [](auto s, std::int64_t, std::int64_t h, std::int64_t i, std::int64_t j) {
+    return s - 0.25 * static_cast<double>(h + 1) * static_cast<double>(i >= j ? i - j : j - i);
+  };
+  const auto mask = masks::causal();
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    compare(
+        "alibi", dtype, mask,
+        [&](const Inputs& in, const BlockMask& blocks) {
+          AttentionOutput o = flex_attention(in.q, in.k, in.v, alibi, blocks);
+          AttentionGrads g =
+              flex_attention_backward(in.dout, in.q, in.k, in.v, o.out, o.lse, alibi, blocks);
+          return std::pair{o, g};
+        },
+        [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout) {
+          const Communicator world = Communicator::world();
+          AttentionOutput o = dist::ring_attention(q, k, v, mask, alibi, world);
+          AttentionGrads g =
+              dist::ring_attention_backward(dout, q, k, v, o.out, o.lse, mask, alibi, world);
+          return std::pair{o, g};
+        });
+  }
+}
+
+// Bad input throws qkv::Error on every rank, so that no rank is left waiting in the ring: one
+// rank's shard of another length, a dtype the merge does not take, dropout.
+TEST(RingAttention, BadShardsThrowOnEveryRank) {
+  const Communicator world = Communicator::world();
+  Generator g(1);
+  const std::int64_t T = world.rank() == 0 ? Tl + 1 : Tl;
+  const Tensor q = Tensor::randn({1, T, 2, 8}, g), k = Tensor::randn({1, T, 2, 8}, g);
+  if (world.size() > 1) {
+    EXPECT_THROW(dist::ring_attention(q, k, k, masks::causal(), world), Error);
+  }
+  const Tensor half = Tensor::randn({1, Tl, 2, 8}, g).to(DType::bf16);
+  EXPECT_THROW(dist::ring_attention(half, half, half, masks::causal(), world), Error);
+  const Tensor ok = Tensor::randn({1, Tl, 2, 8}, g);
+  FlexOptions dropout;
+  dropout.dropout_p = 0.1;
+  EXPECT_THROW(dist::ring_attention(ok, ok, ok, masks::causal(), world, dropout), Error);
+  // And the ring still works after them.
+  const AttentionOutput o = dist::ring_attention(ok, ok, ok, masks::Full{}, world);
+  EXPECT_EQ(o.out.size(1), Tl);
+}
+
+}  // namespace
+}  // namespace qkv::testing
