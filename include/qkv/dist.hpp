@@ -6,7 +6,8 @@
 // type.
 //
 //   auto world = qkv::dist::Communicator::world();  // initializes MPI if the caller has not
-//   // rank r holds rows [r T, (r + 1) T) of the sequence: q [B, T, Hq, D], k, v [B, T, Hk, D]
+//   // rank r holds rows [r T, (r + 1) T) of the sequence (or Sharding::zigzag's two chunks):
+//   // q [B, T, Hq, D], k, v [B, T, Hk, D]
 //   auto [out, lse] = qkv::dist::ring_attention(q, k, v, qkv::masks::causal(), world);
 //   auto grads = qkv::dist::ring_attention_backward(dout, q, k, v, out, lse,
 //                                                   qkv::masks::causal(), world);
@@ -15,7 +16,8 @@
 // blocking while the fused kernel works on the block in hand; the partial outputs merge exactly
 // through their lse (the online softmax's merge), so the result is the single-process one up to
 // the order of the sums. The backward sends K and V around again, with the gradients of each
-// block accumulating as it travels, home after the last step. The mask and score mods are written
+// block accumulating as it travels, sent on while the next step's kernels run and home after the
+// last step. The mask and score mods are written
 // in global positions (the whole sequence's row and key indices); each step sees them shifted to
 // its pair of shards (masks::Shifted).
 
@@ -54,7 +56,8 @@ class Communicator {
 
 // Where a ring call's time went on this rank, added to by every call given it: the steps'
 // kernels, the waits for a block or its gradients still on the wire after the kernel was done
-// (communication the kernel did not hide), and the bytes this rank sent.
+// (communication the kernels did not hide, and the load they did not balance), and the bytes
+// this rank sent.
 struct RingStats {
   int steps = 0;
   double compute_seconds = 0.0;
@@ -62,24 +65,39 @@ struct RingStats {
   std::int64_t bytes_sent = 0;
 };
 
+// Which rows of the sequence a rank holds. With N ranks and T rows a rank: contiguous, rows [r T,
+// (r + 1) T); zigzag, the sequence cut into 2N chunks of T / 2 rows, rank r holding chunks r and
+// 2N - 1 - r (its first T / 2 rows, then its last), so that under a causal mask every rank has the
+// same work (Brandon et al. 2023, "Striped Attention"; Llama 3's context parallelism).
+enum class Sharding : std::uint8_t { contiguous, zigzag };
+
+struct RingOptions {
+  FlexOptions flex;  // scale; dropout_p must be 0
+  Sharding sharding = Sharding::contiguous;
+  RingStats* stats = nullptr;  // added to where given
+};
+
 namespace detail {
 
-// One ring step: the partial result of this rank's queries against a block of keys k [B, T, Hk,
-// D], v [B, T, Hk, Dv] whose first key is global key k0.
+// One pair of chunks of a ring step: the partial result of this rank's query rows [row, row +
+// rows), whose first is global row q0, against keys k [B, Tc, Hk, D], v [B, Tc, Hk, Dv] whose
+// first is global key k0.
 using RingForwardStep =
-    std::function<AttentionOutput(const Tensor& k, const Tensor& v, std::int64_t k0)>;
+    std::function<AttentionOutput(std::int64_t row, std::int64_t rows, std::int64_t q0,
+                                  const Tensor& k, const Tensor& v, std::int64_t k0)>;
 using RingBackwardStep =
-    std::function<AttentionGrads(const Tensor& k, const Tensor& v, std::int64_t k0)>;
+    std::function<AttentionGrads(std::int64_t row, std::int64_t rows, std::int64_t q0,
+                                 const Tensor& k, const Tensor& v, std::int64_t k0)>;
 
 // The ring around the steps (src/dist/ring_attention.cpp): q, k, v this rank's shards.
 AttentionOutput ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const FlexOptions& options, const Communicator& comm,
-                             const RingForwardStep& step, RingStats* stats);
+                             const RingOptions& options, const Communicator& comm,
+                             const RingForwardStep& step);
 AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const FlexOptions& options, const Communicator& comm,
-                             const RingBackwardStep& step, RingStats* stats);
+                             const RingOptions& options, const Communicator& comm,
+                             const RingBackwardStep& step);
 
-// A score mod in global positions seen from a pair of shards.
+// A score mod in global positions seen from a pair of chunks.
 template <class S>
 struct ShiftedScore {
   S mod;
@@ -91,7 +109,7 @@ struct ShiftedScore {
 };
 
 template <class MaskMod>
-BlockMask shard_mask(const MaskMod& mask_mod, const Tensor& q, const Tensor& k, std::int64_t q0,
+BlockMask chunk_mask(const MaskMod& mask_mod, const Tensor& q, const Tensor& k, std::int64_t q0,
                      std::int64_t k0) {
   return create_block_mask(masks::shifted(mask_mod, q0, k0), q.size(0), q.size(2), q.size(1),
                            k.size(1));
@@ -99,38 +117,37 @@ BlockMask shard_mask(const MaskMod& mask_mod, const Tensor& q, const Tensor& k, 
 
 }  // namespace detail
 
-// This rank's shard of the sequence, rows [rank T, (rank + 1) T) of every batch: q [B, T, Hq, D],
-// k [B, T, Hk, D], v [B, T, Hk, Dv], the same T and dtype (f32 or f64) on every rank; mask_mod
-// and score_mod (qkv/flex.hpp) in global positions. Returns this shard's out [B, T, Hq, Dv] and
-// lse [B, Hq, T], those of flex_attention over the whole sequence. Every rank of comm calls it.
-// Dropout is refused (its mask is not yet keyed on global positions). stats, where given, is
-// added to.
+// This rank's shard of the sequence (options.sharding: which rows): q [B, T, Hq, D], k [B, T, Hk,
+// D], v [B, T, Hk, Dv], the same T and dtype (f32 or f64) on every rank (T even for zigzag);
+// mask_mod and score_mod (qkv/flex.hpp) in global positions. Returns this shard's out [B, T, Hq,
+// Dv] and lse [B, Hq, T], those rows of flex_attention over the whole sequence. Every rank of comm
+// calls it. Dropout is refused (its mask is not yet keyed on global positions).
 template <class MaskMod, class ScoreMod>
 AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, MaskMod mask_mod,
                                ScoreMod score_mod, const Communicator& comm,
-                               const FlexOptions& options = {}, RingStats* stats = nullptr) {
-  const std::int64_t q0 = comm.rank() * q.size(1);
-  return detail::ring_forward(
-      q, k, v, options, comm,
-      [&](const Tensor& kb, const Tensor& vb, std::int64_t k0) {
-        const detail::ShiftedScore<ScoreMod> score{score_mod, q0, k0};
-        return flex_attention(q, kb, vb, score, detail::shard_mask(mask_mod, q, kb, q0, k0),
-                              options);
-      },
-      stats);
+                               const RingOptions& options = {}) {
+  return detail::ring_forward(q, k, v, options, comm,
+                              [&](std::int64_t row, std::int64_t rows, std::int64_t q0,
+                                  const Tensor& kc, const Tensor& vc, std::int64_t k0) {
+                                const Tensor qc = q.slice(1, row, row + rows);
+                                const detail::ShiftedScore<ScoreMod> score{score_mod, q0, k0};
+                                return flex_attention(qc, kc, vc, score,
+                                                      detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                                                      options.flex);
+                              });
 }
 // Without a score mod.
 template <class MaskMod>
 AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, MaskMod mask_mod,
-                               const Communicator& comm, const FlexOptions& options = {},
-                               RingStats* stats = nullptr) {
-  const std::int64_t q0 = comm.rank() * q.size(1);
-  return detail::ring_forward(
-      q, k, v, options, comm,
-      [&](const Tensor& kb, const Tensor& vb, std::int64_t k0) {
-        return flex_attention(q, kb, vb, detail::shard_mask(mask_mod, q, kb, q0, k0), options);
-      },
-      stats);
+                               const Communicator& comm, const RingOptions& options = {}) {
+  return detail::ring_forward(q, k, v, options, comm,
+                              [&](std::int64_t row, std::int64_t rows, std::int64_t q0,
+                                  const Tensor& kc, const Tensor& vc, std::int64_t k0) {
+                                const Tensor qc = q.slice(1, row, row + rows);
+                                return flex_attention(qc, kc, vc,
+                                                      detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                                                      options.flex);
+                              });
 }
 
 // dout [B, T, Hq, Dv] and this rank's q, k, v, out, lse as ring_attention took and returned them,
@@ -139,33 +156,34 @@ template <class MaskMod, class ScoreMod>
 AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        MaskMod mask_mod, ScoreMod score_mod,
-                                       const Communicator& comm, const FlexOptions& options = {},
-                                       RingStats* stats = nullptr) {
-  const std::int64_t q0 = comm.rank() * q.size(1);
-  return detail::ring_backward(
-      q, k, v, options, comm,
-      [&](const Tensor& kb, const Tensor& vb, std::int64_t k0) {
-        const detail::ShiftedScore<ScoreMod> score{score_mod, q0, k0};
-        return flex_attention_backward(dout, q, kb, vb, out, lse, score,
-                                       detail::shard_mask(mask_mod, q, kb, q0, k0), options);
-      },
-      stats);
+                                       const Communicator& comm, const RingOptions& options = {}) {
+  return detail::ring_backward(q, k, v, options, comm,
+                               [&](std::int64_t row, std::int64_t rows, std::int64_t q0,
+                                   const Tensor& kc, const Tensor& vc, std::int64_t k0) {
+                                 const Tensor qc = q.slice(1, row, row + rows);
+                                 const detail::ShiftedScore<ScoreMod> score{score_mod, q0, k0};
+                                 return flex_attention_backward(
+                                     dout.slice(1, row, row + rows), qc, kc, vc,
+                                     out.slice(1, row, row + rows), lse.slice(2, row, row + rows),
+                                     score, detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                                     options.flex);
+                               });
 }
 // Without a score mod.
 template <class MaskMod>
 AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        MaskMod mask_mod, const Communicator& comm,
-                                       const FlexOptions& options = {},
-                                       RingStats* stats = nullptr) {
-  const std::int64_t q0 = comm.rank() * q.size(1);
-  return detail::ring_backward(
-      q, k, v, options, comm,
-      [&](const Tensor& kb, const Tensor& vb, std::int64_t k0) {
-        return flex_attention_backward(dout, q, kb, vb, out, lse,
-                                       detail::shard_mask(mask_mod, q, kb, q0, k0), options);
-      },
-      stats);
+                                       const RingOptions& options = {}) {
+  return detail::ring_backward(q, k, v, options, comm,
+                               [&](std::int64_t row, std::int64_t rows, std::int64_t q0,
+                                   const Tensor& kc, const Tensor& vc, std::int64_t k0) {
+                                 const Tensor qc = q.slice(1, row, row + rows);
+                                 return flex_attention_backward(
+                                     dout.slice(1, row, row + rows), qc, kc, vc,
+                                     out.slice(1, row, row + rows), lse.slice(2, row, row + rows),
+                                     detail::chunk_mask(mask_mod, qc, kc, q0, k0), options.flex);
+                               });
 }
 
 }  // namespace qkv::dist

@@ -54,7 +54,7 @@ struct KvBuffer {
 
 // The checks every rank makes, then one collective so that either every rank goes on or every
 // rank throws (a rank that threw alone would leave the others waiting in the ring).
-void check_shards(const Tensor& q, const Tensor& k, const Tensor& v, const FlexOptions& options,
+void check_shards(const Tensor& q, const Tensor& k, const Tensor& v, const RingOptions& options,
                   const Communicator& comm) {
   std::string problem;
   const auto expect = [&](bool ok, const std::string& what) {
@@ -71,11 +71,14 @@ void check_shards(const Tensor& q, const Tensor& k, const Tensor& v, const FlexO
     expect(k.size(1) == q.size(1) && v.size(1) == q.size(1),
            "k: expected the shard length of q, " + std::to_string(q.size(1)) + ", got " +
                std::to_string(k.size(1)));
+    expect(options.sharding != Sharding::zigzag || q.size(1) % 2 == 0,
+           "q: expected an even shard length for zigzag sharding (two chunks), got " +
+               std::to_string(q.size(1)));
   }
-  expect(options.dropout_p == 0.0,
+  expect(options.flex.dropout_p == 0.0,
          "options.dropout_p: expected 0 (ring attention's dropout is not keyed on global "
          "positions yet), got " +
-             std::to_string(options.dropout_p));
+             std::to_string(options.flex.dropout_p));
   std::vector<std::int64_t> shape = {problem.empty() ? 1 : 0};
   if (problem.empty()) {
     shape.insert(shape.end(), {q.size(0), q.size(1), q.size(2), q.size(3), k.size(2), v.size(3),
@@ -125,63 +128,91 @@ struct StepClock {
   }
 };
 
-template <class T>
-void add_into(const Tensor& dst, const Tensor& src) {
-  const Tensor s = src.contiguous();
-  T* d = dst.data_as<T>();
-  const T* x = s.data_as<T>();
-  for (std::int64_t n = 0; n < dst.numel(); ++n) d[n] += x[n];
+// A run of a shard's rows: local rows [local, local + length), global rows [global, ...).
+struct Chunk {
+  std::int64_t local = 0, global = 0, length = 0;
+};
+
+// The chunks of rank `rank`'s shard of T rows (RingOptions::sharding).
+std::vector<Chunk> chunks_of(int rank, int ranks, std::int64_t T, Sharding sharding) {
+  if (sharding == Sharding::contiguous) return {{0, rank * T, T}};
+  const std::int64_t c = T / 2;
+  return {{0, rank * c, c}, {c, (2 * ranks - 1 - rank) * c, c}};
 }
 
-// dst += src, dst contiguous, src of its shape and dtype.
-void add_into(const Tensor& dst, const Tensor& src) {
-  if (dst.dtype() == DType::f64) {
-    add_into<double>(dst, src);
-  } else {
-    add_into<float>(dst, src);
+// dst rows [row, row + src.size(1)) += src: dst [B, T, H, D] contiguous, src [B, rows, H, D].
+template <class T>
+void add_rows(const Tensor& dst, std::int64_t row, const Tensor& src) {
+  const Tensor s = src.contiguous();
+  const std::int64_t B = dst.size(0), Tl = dst.size(1), rows = s.size(1);
+  const std::int64_t width = dst.size(2) * dst.size(3);
+  T* d = dst.data_as<T>();
+  const T* x = s.data_as<T>();
+  for (std::int64_t b = 0; b < B; ++b) {
+    T* to = d + (b * Tl + row) * width;
+    const T* from = x + b * rows * width;
+    for (std::int64_t n = 0; n < rows * width; ++n) to[n] += from[n];
   }
 }
 
-// (out, lse) <- the merge of (out, lse) and (part_out, part_lse): per row, lse' = log(exp(lse) +
-// exp(part_lse)) and out' = exp(lse - lse') out + exp(part_lse - lse') part_out. A row that has
-// kept no key yet has lse -inf and out 0, and takes the part as it is. out, part_out [B, T, H,
-// Dv]; lse, part_lse [B, H, T]; all contiguous.
+void add_rows(const Tensor& dst, std::int64_t row, const Tensor& src) {
+  if (dst.dtype() == DType::f64) {
+    add_rows<double>(dst, row, src);
+  } else {
+    add_rows<float>(dst, row, src);
+  }
+}
+
+// Rows [row, row + part_out.size(1)) of (out, lse) <- their merge with (part_out, part_lse): per
+// row, lse' = log(exp(lse) + exp(part_lse)) and out' = exp(lse - lse') out + exp(part_lse - lse')
+// part_out. A row that has kept no key yet has lse -inf and out 0 and takes the part as it is.
+// out [B, T, H, Dv] and lse [B, H, T] contiguous; part_out [B, rows, H, Dv], part_lse [B, H, rows].
 template <class T>
-void merge(const Tensor& out, const Tensor& lse, const Tensor& part_out, const Tensor& part_lse) {
+void merge_rows(const Tensor& out, const Tensor& lse, std::int64_t row, const Tensor& part_out,
+                const Tensor& part_lse) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+  const Tensor po_t = part_out.contiguous(), pl_t = part_lse.contiguous();
   const std::int64_t B = out.size(0), Tl = out.size(1), H = out.size(2), Dv = out.size(3);
+  const std::int64_t rows = po_t.size(1);
   T* o = out.data_as<T>();
   T* l = lse.data_as<T>();
-  const T* po = part_out.data_as<T>();
-  const T* pl = part_lse.data_as<T>();
+  const T* po = po_t.data_as<T>();
+  const T* pl = pl_t.data_as<T>();
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t h = 0; h < H; ++h) {
-      for (std::int64_t i = 0; i < Tl; ++i) {
-        const std::int64_t row = (b * H + h) * Tl + i;
-        T* orow = o + ((b * Tl + i) * H + h) * Dv;
-        const T* prow = po + ((b * Tl + i) * H + h) * Dv;
-        const T l1 = l[row], l2 = pl[row];
+      for (std::int64_t i = 0; i < rows; ++i) {
+        T* orow = o + ((b * Tl + row + i) * H + h) * Dv;
+        const T* prow = po + ((b * rows + i) * H + h) * Dv;
+        T& l1 = l[(b * H + h) * Tl + row + i];
+        const T l2 = pl[(b * H + h) * rows + i];
         if (l2 == kNegInf) continue;  // the part kept no key of this row
         if (l1 == kNegInf) {
           std::copy_n(prow, Dv, orow);
-          l[row] = l2;
+          l1 = l2;
           continue;
         }
-        const T high = std::max(l1, l2);
-        const T merged = high + std::log1p(std::exp(-std::abs(l1 - l2)));
+        const T merged = std::max(l1, l2) + std::log1p(std::exp(-std::abs(l1 - l2)));
         const T w1 = std::exp(l1 - merged), w2 = std::exp(l2 - merged);
         for (std::int64_t c = 0; c < Dv; ++c) orow[c] = w1 * orow[c] + w2 * prow[c];
-        l[row] = merged;
+        l1 = merged;
       }
     }
+  }
+}
+
+void merge_rows(const AttentionOutput& acc, std::int64_t row, const AttentionOutput& part) {
+  if (acc.out.dtype() == DType::f64) {
+    merge_rows<double>(acc.out, acc.lse, row, part.out, part.lse);
+  } else {
+    merge_rows<float>(acc.out, acc.lse, row, part.out, part.lse);
   }
 }
 
 }  // namespace
 
 AttentionOutput ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const FlexOptions& options, const Communicator& comm,
-                             const RingForwardStep& step, RingStats* stats) {
+                             const RingOptions& options, const Communicator& comm,
+                             const RingForwardStep& step) {
   check_shards(q, k, v, options, comm);
   StepClock clock;
   const int n = comm.size(), r = comm.rank();
@@ -191,6 +222,10 @@ AttentionOutput ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   cur.k.copy_from(k);
   cur.v.copy_from(v);
   AttentionOutput acc;
+  acc.out = Tensor::zeros({q.size(0), Tl, q.size(2), v.size(3)}, q.dtype());
+  acc.lse =
+      Tensor::full({q.size(0), q.size(2), Tl}, -std::numeric_limits<double>::infinity(), q.dtype());
+  const std::vector<Chunk> rows = chunks_of(r, n, Tl, options.sharding);
   for (int s = 0; s < n; ++s) {
     const int src = (r - s + n) % n;  // the rank whose keys are in hand
     Exchange pass;
@@ -199,25 +234,25 @@ AttentionOutput ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                       (r - 1 + n) % n, kTagKv);
       clock.sent(cur.bytes());
     }
-    AttentionOutput part = clock.compute([&] { return step(cur.k, cur.v, src * Tl); });
-    if (s == 0) {
-      acc.out = part.out.contiguous();
-      acc.lse = part.lse.contiguous();
-    } else if (acc.out.dtype() == DType::f64) {
-      merge<double>(acc.out, acc.lse, part.out.contiguous(), part.lse.contiguous());
-    } else {
-      merge<float>(acc.out, acc.lse, part.out.contiguous(), part.lse.contiguous());
+    for (const Chunk& kc : chunks_of(src, n, Tl, options.sharding)) {
+      const Tensor kv_k = cur.k.slice(1, kc.local, kc.local + kc.length);
+      const Tensor kv_v = cur.v.slice(1, kc.local, kc.local + kc.length);
+      for (const Chunk& qc : rows) {
+        const AttentionOutput part = clock.compute(
+            [&] { return step(qc.local, qc.length, qc.global, kv_k, kv_v, kc.global); });
+        merge_rows(acc, qc.local, part);
+      }
     }
     clock.wait(pass);
     std::swap(cur, next);
   }
-  clock.report(stats);
+  clock.report(options.stats);
   return acc;
 }
 
 AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const FlexOptions& options, const Communicator& comm,
-                             const RingBackwardStep& step, RingStats* stats) {
+                             const RingOptions& options, const Communicator& comm,
+                             const RingBackwardStep& step) {
   check_shards(q, k, v, options, comm);
   StepClock clock;
   const int n = comm.size(), r = comm.rank();
@@ -230,10 +265,15 @@ AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   cur.v.copy_from(v);
   AttentionGrads result;
   result.dq = Tensor::zeros(q.shape(), q.dtype());
+  const std::vector<Chunk> rows = chunks_of(r, n, Tl, options.sharding);
   // The gradients of the block in hand travel on to the next rank at the end of each step, and
-  // reach their owner after the last; the next step's kernel runs while they are on the wire,
+  // reach their owner after the last; the next step's kernels run while they are on the wire,
   // and only then is the next block's arrival awaited.
   Exchange home;
+  struct Part {
+    Chunk q, k;
+    AttentionGrads grads;
+  };
   for (int s = 0; s < n; ++s) {
     const int src = (r - s + n) % n;
     Exchange pass;
@@ -242,14 +282,25 @@ AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                       (r - 1 + n) % n, kTagKv);
       clock.sent(cur.bytes());
     }
-    const AttentionGrads part = clock.compute([&] { return step(cur.k, cur.v, src * Tl); });
+    std::vector<Part> parts;
+    for (const Chunk& kc : chunks_of(src, n, Tl, options.sharding)) {
+      const Tensor kv_k = cur.k.slice(1, kc.local, kc.local + kc.length);
+      const Tensor kv_v = cur.v.slice(1, kc.local, kc.local + kc.length);
+      for (const Chunk& qc : rows) {
+        parts.push_back({qc, kc, clock.compute([&] {
+                           return step(qc.local, qc.length, qc.global, kv_k, kv_v, kc.global);
+                         })});
+      }
+    }
     if (s > 0) {
       clock.wait(home);  // block src's gradients from the ranks before this one
       std::swap(grads, arriving);
     }
-    add_into(result.dq, part.dq);
-    add_into(grads.k, part.dk);
-    add_into(grads.v, part.dv);
+    for (const Part& part : parts) {
+      add_rows(result.dq, part.q.local, part.grads.dq);
+      add_rows(grads.k, part.k.local, part.grads.dk);
+      add_rows(grads.v, part.k.local, part.grads.dv);
+    }
     if (n > 1) {
       home = Exchange(comm, grads.storage.data(), arriving.storage.data(), grads.bytes(),
                       (r + 1) % n, (r - 1 + n) % n, kTagGrads);
@@ -264,7 +315,7 @@ AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   }
   result.dk = grads.k.clone();
   result.dv = grads.v.clone();
-  clock.report(stats);
+  clock.report(options.stats);
   return result;
 }
 

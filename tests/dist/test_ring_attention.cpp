@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "qkv/dist.hpp"
+#include "qkv/ops.hpp"
 #include "qkv/qkv.hpp"
 
 namespace qkv::testing {
@@ -19,7 +20,8 @@ namespace {
 
 using dist::Communicator;
 
-constexpr std::int64_t B = 2, Tl = 37, Hq = 4, Hk = 2, D = 16, Dv = 12;
+// Tl rows a rank: as two chunks of 19 with zigzag sharding, neither a multiple of a tile.
+constexpr std::int64_t B = 2, Tl = 38, Hq = 4, Hk = 2, D = 16, Dv = 12;
 
 // max |got - want| over max(1, max |want|); NaN where they disagree on a NaN.
 double relative_error(const Tensor& got, const Tensor& want) {
@@ -37,9 +39,15 @@ double relative_error(const Tensor& got, const Tensor& want) {
   return worst / scale;
 }
 
-// The rows of this rank's shard: dim 1 of [B, T, H, D], dim 2 of lse [B, H, T].
-Tensor shard(const Tensor& x, const Communicator& comm, std::int64_t dim = 1) {
-  return x.slice(dim, comm.rank() * Tl, (comm.rank() + 1) * Tl);
+// The rows of this rank's shard (dim 1 of [B, T, H, D], dim 2 of lse [B, H, T]): a view of
+// them with contiguous sharding, a copy of its two chunks with zigzag.
+Tensor shard(const Tensor& x, const Communicator& comm, dist::Sharding sharding,
+             std::int64_t dim = 1) {
+  const std::int64_t r = comm.rank(), n = comm.size();
+  if (sharding == dist::Sharding::contiguous) return x.slice(dim, r * Tl, (r + 1) * Tl);
+  const std::int64_t c = Tl / 2;
+  return ops::concat(
+      {x.slice(dim, r * c, (r + 1) * c), x.slice(dim, (2 * n - 1 - r) * c, (2 * n - r) * c)}, dim);
 }
 
 // Document ids of a packed sequence of T tokens, documents of 23, 50, 11 and 40 tokens in turn:
@@ -66,26 +74,36 @@ Inputs make_inputs(std::int64_t T, DType dtype) {
           Tensor::randn({B, T, Hq, Dv}, g, DType::f64).to(dtype)};
 }
 
-// The whole problem in this process and this rank's shard by the ring, compared. `whole(in,
-// blocks)` and `ring(q, k, v, dout)` return the forward's output and the gradients.
+// The whole problem in this process and this rank's shard by the ring, compared, with each
+// sharding. `whole(in, blocks)` and `ring(q, k, v, dout, options)` return the forward's output and
+// the gradients.
 template <class Mask, class Whole, class Ring>
 void compare(const std::string& name, DType dtype, const Mask& mask, Whole whole, Ring ring) {
   const Communicator world = Communicator::world();
-  SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)) + ", rank " +
-               std::to_string(world.rank()) + " of " + std::to_string(world.size()));
   const std::int64_t T = world.size() * Tl;
   const Inputs in = make_inputs(T, dtype);
   const BlockMask blocks = create_block_mask(mask, B, Hq, T, T);
   const auto [want, want_grads] = whole(in, blocks);
-  // The shards as views of the global tensors: strided, read where they lie.
-  const auto [got, got_grads] =
-      ring(shard(in.q, world), shard(in.k, world), shard(in.v, world), shard(in.dout, world));
-  const double tolerance = dtype == DType::f64 ? 1e-12 : 2e-5;
-  EXPECT_LE(relative_error(got.out, shard(want.out, world)), tolerance) << "out";
-  EXPECT_LE(relative_error(got.lse, shard(want.lse, world, 2)), tolerance) << "lse";
-  EXPECT_LE(relative_error(got_grads.dq, shard(want_grads.dq, world)), tolerance) << "dq";
-  EXPECT_LE(relative_error(got_grads.dk, shard(want_grads.dk, world)), tolerance) << "dk";
-  EXPECT_LE(relative_error(got_grads.dv, shard(want_grads.dv, world)), tolerance) << "dv";
+  for (const dist::Sharding sharding : {dist::Sharding::contiguous, dist::Sharding::zigzag}) {
+    SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)) + ", rank " +
+                 std::to_string(world.rank()) + " of " + std::to_string(world.size()) +
+                 (sharding == dist::Sharding::zigzag ? ", zigzag" : ", contiguous"));
+    dist::RingOptions options;
+    options.sharding = sharding;
+    // Contiguous shards are views of the global tensors: strided, read where they lie.
+    const auto [got, got_grads] =
+        ring(shard(in.q, world, sharding), shard(in.k, world, sharding),
+             shard(in.v, world, sharding), shard(in.dout, world, sharding), options);
+    const double tolerance = dtype == DType::f64 ? 1e-12 : 2e-5;
+    EXPECT_LE(relative_error(got.out, shard(want.out, world, sharding)), tolerance) << "out";
+    EXPECT_LE(relative_error(got.lse, shard(want.lse, world, sharding, 2)), tolerance) << "lse";
+    EXPECT_LE(relative_error(got_grads.dq, shard(want_grads.dq, world, sharding)), tolerance)
+        << "dq";
+    EXPECT_LE(relative_error(got_grads.dk, shard(want_grads.dk, world, sharding)), tolerance)
+        << "dk";
+    EXPECT_LE(relative_error(got_grads.dv, shard(want_grads.dv, world, sharding)), tolerance)
+        << "dv";
+  }
 }
 
 template <class Mask>
@@ -99,11 +117,12 @@ void compare_mask(const std::string& name, const Mask& mask) {
               flex_attention_backward(in.dout, in.q, in.k, in.v, o.out, o.lse, blocks);
           return std::pair{o, g};
         },
-        [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout) {
+        [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+            const dist::RingOptions& options) {
           const Communicator world = Communicator::world();
-          AttentionOutput o = dist::ring_attention(q, k, v, mask, world);
+          AttentionOutput o = dist::ring_attention(q, k, v, mask, world, options);
           AttentionGrads g =
-              dist::ring_attention_backward(dout, q, k, v, o.out, o.lse, mask, world);
+              dist::ring_attention_backward(dout, q, k, v, o.out, o.lse, mask, world, options);
           return std::pair{o, g};
         });
   }
@@ -146,22 +165,24 @@ TEST(RingAttention, ScoreModInGlobalPositions) {
               flex_attention_backward(in.dout, in.q, in.k, in.v, o.out, o.lse, alibi, blocks);
           return std::pair{o, g};
         },
-        [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout) {
+        [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+            const dist::RingOptions& options) {
           const Communicator world = Communicator::world();
-          AttentionOutput o = dist::ring_attention(q, k, v, mask, alibi, world);
-          AttentionGrads g =
-              dist::ring_attention_backward(dout, q, k, v, o.out, o.lse, mask, alibi, world);
+          AttentionOutput o = dist::ring_attention(q, k, v, mask, alibi, world, options);
+          AttentionGrads g = dist::ring_attention_backward(dout, q, k, v, o.out, o.lse, mask, alibi,
+                                                           world, options);
           return std::pair{o, g};
         });
   }
 }
 
 // Bad input throws qkv::Error on every rank, so that no rank is left waiting in the ring: one
-// rank's shard of another length, a dtype the merge does not take, dropout.
+// rank's shard of another length, a dtype the merge does not take, dropout, an odd shard length
+// with zigzag sharding.
 TEST(RingAttention, BadShardsThrowOnEveryRank) {
   const Communicator world = Communicator::world();
   Generator g(1);
-  const std::int64_t T = world.rank() == 0 ? Tl + 1 : Tl;
+  const std::int64_t T = world.rank() == 0 ? Tl + 2 : Tl;
   const Tensor q = Tensor::randn({1, T, 2, 8}, g), k = Tensor::randn({1, T, 2, 8}, g);
   if (world.size() > 1) {
     EXPECT_THROW(dist::ring_attention(q, k, k, masks::causal(), world), Error);
@@ -169,12 +190,42 @@ TEST(RingAttention, BadShardsThrowOnEveryRank) {
   const Tensor half = Tensor::randn({1, Tl, 2, 8}, g).to(DType::bf16);
   EXPECT_THROW(dist::ring_attention(half, half, half, masks::causal(), world), Error);
   const Tensor ok = Tensor::randn({1, Tl, 2, 8}, g);
-  FlexOptions dropout;
-  dropout.dropout_p = 0.1;
+  dist::RingOptions dropout;
+  dropout.flex.dropout_p = 0.1;
   EXPECT_THROW(dist::ring_attention(ok, ok, ok, masks::causal(), world, dropout), Error);
+  const Tensor odd = Tensor::randn({1, Tl + 1, 2, 8}, g);
+  dist::RingOptions zigzag;
+  zigzag.sharding = dist::Sharding::zigzag;
+  EXPECT_THROW(dist::ring_attention(odd, odd, odd, masks::causal(), world, zigzag), Error);
   // And the ring still works after them.
   const AttentionOutput o = dist::ring_attention(ok, ok, ok, masks::Full{}, world);
   EXPECT_EQ(o.out.size(1), Tl);
+}
+
+// RingStats: one kernel call per pair of chunks and step, and the bytes of K and V (and of their
+// gradients in the backward) sent at every step but the last (every step).
+TEST(RingAttention, StatsCountStepsAndBytes) {
+  const Communicator world = Communicator::world();
+  const std::int64_t n = world.size();
+  Generator g(2);
+  const Tensor x = Tensor::randn({1, Tl, 2, 8}, g);
+  for (const dist::Sharding sharding : {dist::Sharding::contiguous, dist::Sharding::zigzag}) {
+    dist::RingStats fwd, bwd;
+    dist::RingOptions options;
+    options.sharding = sharding;
+    options.stats = &fwd;
+    const AttentionOutput o = dist::ring_attention(x, x, x, masks::causal(), world, options);
+    options.stats = &bwd;
+    dist::ring_attention_backward(x, x, x, x, o.out, o.lse, masks::causal(), world, options);
+    const int pairs = sharding == dist::Sharding::zigzag ? 4 : 1;
+    const std::int64_t kv_bytes = 2 * x.numel() * 4;
+    EXPECT_EQ(fwd.steps, n * pairs);
+    EXPECT_EQ(bwd.steps, n * pairs);
+    EXPECT_EQ(fwd.bytes_sent, (n - 1) * kv_bytes);
+    EXPECT_EQ(bwd.bytes_sent, (n - 1) * kv_bytes + (n > 1 ? n * kv_bytes : 0));
+    EXPECT_GE(fwd.wait_seconds, 0.0);
+    EXPECT_GT(fwd.compute_seconds, 0.0);
+  }
 }
 
 }  // namespace
