@@ -68,7 +68,8 @@ struct RingStats {
 // Which rows of the sequence a rank holds. With N ranks and T rows a rank: contiguous, rows [r T,
 // (r + 1) T); zigzag, the sequence cut into 2N chunks of T / 2 rows, rank r holding chunks r and
 // 2N - 1 - r (its first T / 2 rows, then its last), so that under a causal mask every rank has the
-// same work (Brandon et al. 2023, "Striped Attention"; Llama 3's context parallelism).
+// same work (the layout of Megatron-LM's and Llama 3's context parallelism; Striped Attention,
+// Brandon et al. 2023, balances it with rows dealt round-robin instead).
 enum class Sharding : std::uint8_t { contiguous, zigzag };
 
 struct RingOptions {
