@@ -30,6 +30,7 @@
 #include "qkv/block_mask.hpp"
 #include "qkv/flex.hpp"
 #include "qkv/masks.hpp"
+#include "qkv/models/train.hpp"
 #include "qkv/tensor.hpp"
 
 namespace qkv::dist {
@@ -76,6 +77,23 @@ struct RingOptions {
   FlexOptions flex;  // scale; dropout_p must be 0
   Sharding sharding = Sharding::contiguous;
   RingStats* stats = nullptr;  // added to where given
+};
+
+// Data-parallel training over a communicator: models::TrainOptions::sync = &data_parallel, the
+// same model, data and options on every rank, and each rank trains on its share of every batch
+// with the update of the whole batch. Sums go in buckets of 2^20 elements, reduced to rank 0 and
+// broadcast from it, so that every rank gets the same bits and the parameters stay equal.
+class DataParallel final : public models::GradientSync {
+ public:
+  explicit DataParallel(Communicator comm) : comm_(std::move(comm)) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  void sum(float* x, std::int64_t n) const override;
+  void sum(double* x, std::int64_t n) const override;
+  double broadcast(double x) const override;
+
+ private:
+  Communicator comm_;
 };
 
 namespace detail {

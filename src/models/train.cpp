@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 #include <numeric>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "qkv/error.hpp"
 #include "qkv/models/corpus.hpp"
@@ -17,6 +19,41 @@
 namespace qkv::models {
 
 namespace ag = autograd;
+
+namespace {
+
+// The gradients of `parameters` summed across sync's ranks, each rank's weighted by `weight`
+// (its share of the batch's target tokens): one flat buffer per dtype, summed in one call (which
+// DataParallel splits into buckets). Every rank must have a gradient for the same parameters.
+template <class T>
+void sum_gradients(const std::vector<Var>& parameters, DType dtype, double weight,
+                   const GradientSync& sync) {
+  std::vector<T> flat;
+  for (const Var& p : parameters) {
+    if (!p.grad().defined() || p.grad().dtype() != dtype) continue;
+    const Tensor g = p.grad().contiguous();
+    const T* x = g.data_as<T>();
+    for (std::int64_t n = 0; n < g.numel(); ++n) flat.push_back(static_cast<T>(x[n] * weight));
+  }
+  double count = static_cast<double>(flat.size());
+  sync.sum(&count, 1);
+  if (count != static_cast<double>(flat.size()) * sync.size()) {
+    throw Error("options.sync", "gradients of the same parameters on every rank",
+                "ranks whose gradients differ in size");
+  }
+  sync.sum(flat.data(), static_cast<std::int64_t>(flat.size()));
+  std::size_t at = 0;
+  for (const Var& p : parameters) {
+    if (!p.grad().defined() || p.grad().dtype() != dtype) continue;
+    Tensor grad = p.grad();  // shares the gradient's storage
+    Tensor summed = Tensor::empty(grad.shape(), dtype);
+    std::copy_n(flat.data() + at, summed.numel(), summed.data_as<T>());
+    at += static_cast<std::size_t>(summed.numel());
+    grad.copy_from(summed);
+  }
+}
+
+}  // namespace
 
 std::vector<std::vector<std::size_t>> epoch_batches(const std::vector<Example>& examples,
                                                     std::int64_t batch_size, Generator& g) {
@@ -58,6 +95,13 @@ TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const Tr
   if (options.dtype != DType::f32 && options.dtype != DType::bf16 && options.dtype != DType::f16) {
     throw Error("options.dtype", "f32, bf16 or f16", std::string(dtype_name(options.dtype)));
   }
+  const GradientSync* sync = options.sync;
+  const int ranks = sync != nullptr ? sync->size() : 1, rank = sync != nullptr ? sync->rank() : 0;
+  if (options.batch_size < ranks) {
+    throw Error("options.batch_size",
+                "at least the ranks of options.sync, " + std::to_string(ranks),
+                std::to_string(options.batch_size));
+  }
   std::optional<ag::Autocast> autocast;
   if (options.dtype != DType::f32) autocast.emplace(options.dtype);
   const bool scaled = options.dtype == DType::f16;
@@ -78,14 +122,19 @@ TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const Tr
   TrainReport report;
   const auto start = std::chrono::steady_clock::now();
   for (std::int64_t step = 0; step < options.steps; ++step) {
-    const double elapsed =
+    double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (sync != nullptr) elapsed = sync->broadcast(elapsed);  // every rank stops at one step
     if (options.time_budget > 0 && elapsed >= options.time_budget) break;
     if (next == batches.size()) {
       batches = epoch_batches(examples, options.batch_size, g);
       next = 0;
     }
-    const std::vector<std::size_t>& rows = batches[next++];
+    const std::vector<std::size_t>& batch = batches[next++];
+    // This rank's rows of the batch (all of them without a sync).
+    const std::vector<std::size_t> rows(
+        batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * rank / ranks),
+        batch.begin() + static_cast<std::ptrdiff_t>(batch.size() * (rank + 1) / ranks));
     std::vector<std::vector<std::int64_t>> sources, inputs, outputs;
     for (const std::size_t r : rows) {
       const Example& e = examples[r];
@@ -131,6 +180,18 @@ TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const Tr
     const Var loss =
         ag::cross_entropy(ag::reshape(logits, {-1, logits.size(2)}), targets, loss_options);
     (scaled ? scaler.scale(loss) : loss).backward();
+    double loss_value = loss.value().to_vector()[0];
+    if (sync != nullptr) {
+      // The batch's loss is the mean over all its target tokens: each rank's gradient (of the mean
+      // over its own tokens) weighted by its share of them, then summed.
+      double counts[2] = {static_cast<double>(tokens), loss_value * static_cast<double>(tokens)};
+      sync->sum(counts, 2);
+      const double weight = static_cast<double>(tokens) / counts[0];
+      sum_gradients<float>(parameters, DType::f32, weight, *sync);
+      sum_gradients<double>(parameters, DType::f64, weight, *sync);
+      tokens = static_cast<std::int64_t>(counts[0]);
+      loss_value = counts[1] / counts[0];
+    }
     const bool finite = !scaled || scaler.unscale(parameters);
     if (finite) {
       if (options.clip_norm > 0) nn::clip_grad_norm(parameters, options.clip_norm);
@@ -140,7 +201,7 @@ TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const Tr
     }
     if (scaled) scaler.update(!finite);
 
-    report.losses.push_back(loss.value().to_vector()[0]);
+    report.losses.push_back(loss_value);
     report.target_tokens += tokens;
     report.steps = step + 1;
     report.seconds =

@@ -16,6 +16,21 @@ struct Example {
   std::vector<std::int64_t> target;
 };
 
+// Data-parallel training: the ranks of a group (qkv::dist::DataParallel, over MPI) each take
+// their share of every global batch, and sum what the update needs across the group. train()
+// calls it only through these; every rank calls them in the same order.
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // x[n] <- the sum over the ranks of x[n], in place (the same bits on every rank).
+  virtual void sum(float* x, std::int64_t n) const = 0;
+  virtual void sum(double* x, std::int64_t n) const = 0;
+  // Rank 0's x, on every rank.
+  virtual double broadcast(double x) const = 0;
+};
+
 struct TrainOptions {
   std::int64_t steps = 1000;  // with a time budget, the most steps
   // Seconds; > 0 trains until they are spent (or steps are done), the cosine decay following the
@@ -34,6 +49,13 @@ struct TrainOptions {
   // with the parameters (the optimizer's master weights) kept in f32; f16 with dynamic loss
   // scaling (nn::GradScaler), its steps with an inf or NaN gradient skipped.
   DType dtype = DType::f32;
+  // Data parallel: with a sync of N ranks, batch_size is the global batch (at least N), each
+  // rank takes rows [r B / N, (r + 1) B / N) of every batch, and the gradients are summed across
+  // the ranks weighted by their target tokens before clipping and the update, so that every rank
+  // makes the update one process would make on the whole batch (to the rounding of the sums). The
+  // model must start equal on every rank (the same config and seed), and the options equal; the
+  // time budget follows rank 0's clock. Losses and token counts reported are the whole batch's.
+  const GradientSync* sync = nullptr;
 };
 
 struct TrainProgress {
