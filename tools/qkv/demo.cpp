@@ -29,6 +29,9 @@
 #include "qkv/progress.hpp"
 #include "qkv/safetensors.hpp"
 #include "qkv/system.hpp"
+#ifdef QKV_WITH_DIST
+#include "qkv/dist.hpp"
+#endif
 #include "qkv/viz/diagnostics.hpp"
 #include "qkv/viz/heatmap.hpp"
 
@@ -58,6 +61,10 @@ struct DemoOptions {
   // batch 24 at 3e-3 93.0%. Smaller batches make more updates in the same time.
   std::int64_t batch = 32;
   double lr = 3e-3;
+  // Data parallel over MPI (`mpirun -np N qkv demo --distributed`): each rank trains on its share
+  // of every batch of `batch` pairs, with the update of the whole batch; rank 0 alone prints,
+  // evaluates and writes.
+  bool distributed = false;
   std::int64_t d_model = 128;
   std::int64_t heads = 4;
   std::int64_t layers = 2;  // encoder and decoder each
@@ -109,6 +116,21 @@ Tensor with_average(const Tensor& weights) {
 void run_demo(const DemoOptions& o) {
   using Clock = std::chrono::steady_clock;
   const auto begin = Clock::now();
+#ifdef QKV_WITH_DIST
+  std::optional<dist::DataParallel> group;
+  if (o.distributed) {
+    group.emplace(dist::Communicator::world());
+    // Only rank 0 speaks: the others' output would repeat its own.
+    if (group->rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+      throw Error("stdout", "/dev/null for ranks other than 0", "no such file");
+    }
+  }
+#else
+  if (o.distributed) {
+    throw Error("--distributed", "a qkv built with MPI (qkv::dist)",
+                "a build without it: install openmpi-bin libopenmpi-dev and configure again");
+  }
+#endif
   const DType dtype = o.dtype == "bf16" ? DType::bf16 : o.dtype == "f16" ? DType::f16 : DType::f32;
   // Training, evaluation and the heatmaps all compute in dtype; the weights stay f32.
   std::optional<autograd::Autocast> autocast;
@@ -167,6 +189,13 @@ void run_demo(const DemoOptions& o) {
     examples.push_back({source.encode(p.source), target.encode(p.target)});
   }
   models::TrainOptions train_options;
+#ifdef QKV_WITH_DIST
+  if (group) {
+    train_options.sync = &*group;
+    std::printf("data parallel: %d ranks, %lld pairs of each batch a rank\n", group->size(),
+                static_cast<long long>(o.batch / group->size()));
+  }
+#endif
   train_options.batch_size = o.batch;
   train_options.lr = o.lr;
   train_options.seed = o.seed;
@@ -194,6 +223,13 @@ void run_demo(const DemoOptions& o) {
       });
   bar.finish(std::to_string(report.steps) + " steps, loss " +
              format_fixed(report.losses.back(), 3) + " in " + format_duration(report.seconds));
+  int ranks = 1;
+#ifdef QKV_WITH_DIST
+  if (group) {
+    if (group->rank() != 0) return;  // every rank holds the same model: rank 0 goes on
+    ranks = group->size();
+  }
+#endif
 
   // 3. Evaluation
   models::EvaluationOptions greedy;
@@ -298,6 +334,7 @@ void run_demo(const DemoOptions& o) {
       {"batch_size", o.batch},
       {"final_loss", report.losses.back()},
       {"threads", num_threads()},
+      {"ranks", ranks},
       {"dtype", dtype_name(dtype)},
       {"skipped_steps", report.skipped_steps},
       {"seed", o.seed},
@@ -382,6 +419,9 @@ void add_demo(CLI::App& app) {
                    "What matmul and attention compute in (mixed precision, f32 weights)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
+  demo->add_flag("--distributed", options->distributed,
+                 "Data parallel over MPI, under mpirun: each rank trains on its share of every "
+                 "batch");
   demo->add_option("--heatmaps", options->heatmaps, "Sentences to draw")
       ->capture_default_str()
       ->transform(integer<std::int64_t>(1));
