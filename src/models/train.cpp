@@ -22,34 +22,52 @@ namespace ag = autograd;
 
 namespace {
 
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  std::int64_t stride = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= shape[d];
+  }
+  return strides;
+}
+
 // The gradients of `parameters` summed across sync's ranks, each rank's weighted by `weight`
-// (its share of the batch's target tokens): one flat buffer per dtype, summed in one call (which
-// DataParallel splits into buckets). Every rank must have a gradient for the same parameters.
+// (its share of the batch's target tokens): one flat buffer per dtype (`flat`, kept from step to
+// step), summed in one call (which DataParallel splits into buckets). Every rank must have a
+// gradient for the same parameters.
 template <class T>
 void sum_gradients(const std::vector<Var>& parameters, DType dtype, double weight,
-                   const GradientSync& sync) {
-  std::vector<T> flat;
+                   const GradientSync& sync, std::vector<T>& flat) {
+  std::size_t size = 0;
+  for (const Var& p : parameters) {
+    if (p.grad().defined() && p.grad().dtype() == dtype) size += p.grad().numel();
+  }
+  double count = static_cast<double>(size);
+  sync.sum(&count, 1);
+  if (count != static_cast<double>(size) * sync.size()) {
+    throw Error("options.sync", "gradients of the same parameters on every rank",
+                "ranks whose gradients differ in size");
+  }
+  flat.resize(size);
+  const T w = static_cast<T>(weight);
+  std::size_t at = 0;
   for (const Var& p : parameters) {
     if (!p.grad().defined() || p.grad().dtype() != dtype) continue;
     const Tensor g = p.grad().contiguous();
     const T* x = g.data_as<T>();
-    for (std::int64_t n = 0; n < g.numel(); ++n) flat.push_back(static_cast<T>(x[n] * weight));
-  }
-  double count = static_cast<double>(flat.size());
-  sync.sum(&count, 1);
-  if (count != static_cast<double>(flat.size()) * sync.size()) {
-    throw Error("options.sync", "gradients of the same parameters on every rank",
-                "ranks whose gradients differ in size");
+    for (std::int64_t n = 0; n < g.numel(); ++n) flat[at + n] = x[n] * w;
+    at += static_cast<std::size_t>(g.numel());
   }
   sync.sum(flat.data(), static_cast<std::int64_t>(flat.size()));
-  std::size_t at = 0;
+  at = 0;
   for (const Var& p : parameters) {
     if (!p.grad().defined() || p.grad().dtype() != dtype) continue;
     Tensor grad = p.grad();  // shares the gradient's storage
-    Tensor summed = Tensor::empty(grad.shape(), dtype);
-    std::copy_n(flat.data() + at, summed.numel(), summed.data_as<T>());
-    at += static_cast<std::size_t>(summed.numel());
+    const Tensor summed =
+        Tensor::from_blob(flat.data() + at, grad.shape(), contiguous_strides(grad.shape()), dtype);
     grad.copy_from(summed);
+    at += static_cast<std::size_t>(grad.numel());
   }
 }
 
@@ -120,6 +138,8 @@ TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const Tr
   std::vector<std::vector<std::size_t>> batches;
   std::size_t next = 0;
   TrainReport report;
+  std::vector<float> flat_f32;  // data parallel: the gradients, flat (sum_gradients)
+  std::vector<double> flat_f64;
   const auto start = std::chrono::steady_clock::now();
   for (std::int64_t step = 0; step < options.steps; ++step) {
     double elapsed =
@@ -187,8 +207,8 @@ TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const Tr
       double counts[2] = {static_cast<double>(tokens), loss_value * static_cast<double>(tokens)};
       sync->sum(counts, 2);
       const double weight = static_cast<double>(tokens) / counts[0];
-      sum_gradients<float>(parameters, DType::f32, weight, *sync);
-      sum_gradients<double>(parameters, DType::f64, weight, *sync);
+      sum_gradients<float>(parameters, DType::f32, weight, *sync, flat_f32);
+      sum_gradients<double>(parameters, DType::f64, weight, *sync, flat_f64);
       tokens = static_cast<std::int64_t>(counts[0]);
       loss_value = counts[1] / counts[0];
     }
