@@ -28,9 +28,9 @@
 
 #include "qkv/attention.hpp"
 #include "qkv/block_mask.hpp"
+#include "qkv/dist/gradient_sync.hpp"
 #include "qkv/flex.hpp"
 #include "qkv/masks.hpp"
-#include "qkv/models/train.hpp"
 #include "qkv/tensor.hpp"
 
 namespace qkv::dist {
@@ -83,7 +83,7 @@ struct RingOptions {
 // same model, data and options on every rank, and each rank trains on its share of every batch
 // with the update of the whole batch. Sums go in buckets of 2^20 elements, reduced to rank 0 and
 // broadcast from it, so that every rank gets the same bits and the parameters stay equal.
-class DataParallel final : public models::GradientSync {
+class DataParallel final : public GradientSync {
  public:
   explicit DataParallel(Communicator comm) : comm_(std::move(comm)) {}
   int rank() const override { return comm_.rank(); }

@@ -38,7 +38,7 @@ Shape contiguous_strides(const Shape& shape) {
 // gradient for the same parameters.
 template <class T>
 void sum_gradients(const std::vector<Var>& parameters, DType dtype, double weight,
-                   const GradientSync& sync, std::vector<T>& flat) {
+                   const dist::GradientSync& sync, std::vector<T>& flat) {
   std::size_t size = 0;
   for (const Var& p : parameters) {
     if (p.grad().defined() && p.grad().dtype() == dtype) size += p.grad().numel();
@@ -113,7 +113,7 @@ TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const Tr
   if (options.dtype != DType::f32 && options.dtype != DType::bf16 && options.dtype != DType::f16) {
     throw Error("options.dtype", "f32, bf16 or f16", std::string(dtype_name(options.dtype)));
   }
-  const GradientSync* sync = options.sync;
+  const dist::GradientSync* sync = options.sync;
   const int ranks = sync != nullptr ? sync->size() : 1, rank = sync != nullptr ? sync->rank() : 0;
   if (options.batch_size < ranks) {
     throw Error("options.batch_size",

@@ -5,6 +5,7 @@
 #include <functional>
 #include <vector>
 
+#include "qkv/dist/gradient_sync.hpp"
 #include "qkv/models/seq2seq.hpp"
 #include "qkv/philox.hpp"
 
@@ -14,21 +15,6 @@ namespace qkv::models {
 struct Example {
   std::vector<std::int64_t> source;
   std::vector<std::int64_t> target;
-};
-
-// Data-parallel training: the ranks of a group (qkv::dist::DataParallel, over MPI) each take
-// their share of every global batch, and sum what the update needs across the group. train()
-// calls it only through these; every rank calls them in the same order.
-class GradientSync {
- public:
-  virtual ~GradientSync() = default;
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
-  // x[n] <- the sum over the ranks of x[n], in place (the same bits on every rank).
-  virtual void sum(float* x, std::int64_t n) const = 0;
-  virtual void sum(double* x, std::int64_t n) const = 0;
-  // Rank 0's x, on every rank.
-  virtual double broadcast(double x) const = 0;
 };
 
 struct TrainOptions {
@@ -55,7 +41,7 @@ struct TrainOptions {
   // makes the update one process would make on the whole batch (to the rounding of the sums). The
   // model must start equal on every rank (the same config and seed), and the options equal; the
   // time budget follows rank 0's clock. Losses and token counts reported are the whole batch's.
-  const GradientSync* sync = nullptr;
+  const dist::GradientSync* sync = nullptr;
 };
 
 struct TrainProgress {
