@@ -36,6 +36,8 @@ class Tensor {
                         DType dtype = DType::f32);
   // A view of memory the caller owns and keeps alive; strides in elements.
   static Tensor from_blob(void* data, Shape shape, Shape strides, DType dtype);
+  // The same over row-major memory (contiguous strides).
+  static Tensor from_blob(void* data, Shape shape, DType dtype);
 
   bool defined() const noexcept { return defined_; }
   DType dtype() const noexcept { return dtype_; }

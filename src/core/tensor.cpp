@@ -270,6 +270,11 @@ Tensor Tensor::uniform(Shape shape, double low, double high, Generator& generato
   return t;
 }
 
+Tensor Tensor::from_blob(void* data, Shape shape, DType dtype) {
+  Shape strides = contiguous_strides(shape);
+  return from_blob(data, std::move(shape), std::move(strides), dtype);
+}
+
 Tensor Tensor::from_blob(void* data, Shape shape, Shape strides, DType dtype) {
   if (shape.size() != strides.size()) {
     throw Error("strides", std::to_string(shape.size()) + " strides (one per dimension)",

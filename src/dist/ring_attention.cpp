@@ -22,16 +22,6 @@ namespace {
 constexpr int kTagKv = 1;
 constexpr int kTagGrads = 2;
 
-Shape contiguous_strides(const Shape& shape) {
-  Shape strides(shape.size());
-  std::int64_t stride = 1;
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    strides[d] = stride;
-    stride *= shape[d];
-  }
-  return strides;
-}
-
 // K then V of one block of keys, in one contiguous buffer that travels as one message.
 struct KvBuffer {
   Tensor storage;  // [numel(k) + numel(v)]
@@ -43,9 +33,8 @@ struct KvBuffer {
     for (const std::int64_t x : v_shape) nv *= x;
     storage = zero ? Tensor::zeros({nk + nv}, dtype) : Tensor::empty({nk + nv}, dtype);
     auto* base = static_cast<char*>(storage.data());
-    k = Tensor::from_blob(base, k_shape, contiguous_strides(k_shape), dtype);
-    v = Tensor::from_blob(base + nk * static_cast<std::int64_t>(dtype_size(dtype)), v_shape,
-                          contiguous_strides(v_shape), dtype);
+    k = Tensor::from_blob(base, k_shape, dtype);
+    v = Tensor::from_blob(base + nk * static_cast<std::int64_t>(dtype_size(dtype)), v_shape, dtype);
   }
   std::int64_t bytes() const {
     return storage.numel() * static_cast<std::int64_t>(dtype_size(storage.dtype()));
@@ -208,45 +197,67 @@ void merge_rows(const AttentionOutput& acc, std::int64_t row, const AttentionOut
   }
 }
 
+// What both passes keep: the K/V block in hand and the one arriving, where this rank sits in
+// the ring, and the clock.
+struct Ring {
+  const Communicator& comm;
+  int n, r;
+  std::int64_t Tl;
+  StepClock clock;
+  KvBuffer cur, next;
+
+  Ring(const Communicator& c, const Tensor& q, const Tensor& k, const Tensor& v)
+      : comm(c),
+        n(c.size()),
+        r(c.rank()),
+        Tl(q.size(1)),
+        cur(k.shape(), v.shape(), k.dtype(), false),
+        next(k.shape(), v.shape(), k.dtype(), false) {
+    cur.k.copy_from(k);
+    cur.v.copy_from(v);
+  }
+  int source(int step) const { return (r - step + n) % n; }  // the rank whose keys are in hand
+  // Sends `from` on to the next rank while `into` receives the previous rank's.
+  Exchange send_on(const KvBuffer& from, KvBuffer& into, int tag) {
+    clock.sent(from.bytes());
+    return Exchange(comm, from.storage.data(), into.storage.data(), from.bytes(), (r + 1) % n,
+                    (r - 1 + n) % n, tag);
+  }
+  // The block in hand passed on and the next received, but after the last step.
+  Exchange pass(int step) { return step + 1 < n ? send_on(cur, next, kTagKv) : Exchange(); }
+  // After the step's kernels: the next block in hand.
+  void advance(Exchange& pass) {
+    clock.wait(pass);
+    std::swap(cur, next);
+  }
+};
+
 }  // namespace
 
 AttentionOutput ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                              const RingOptions& options, const Communicator& comm,
                              const RingForwardStep& step) {
   check_shards(q, k, v, options, comm);
-  StepClock clock;
-  const int n = comm.size(), r = comm.rank();
-  const std::int64_t Tl = q.size(1);
-  KvBuffer cur(k.shape(), v.shape(), k.dtype(), false),
-      next(k.shape(), v.shape(), k.dtype(), false);
-  cur.k.copy_from(k);
-  cur.v.copy_from(v);
+  Ring ring(comm, q, k, v);
   AttentionOutput acc;
-  acc.out = Tensor::zeros({q.size(0), Tl, q.size(2), v.size(3)}, q.dtype());
-  acc.lse =
-      Tensor::full({q.size(0), q.size(2), Tl}, -std::numeric_limits<double>::infinity(), q.dtype());
-  const std::vector<Chunk> rows = chunks_of(r, n, Tl, options.sharding);
-  for (int s = 0; s < n; ++s) {
-    const int src = (r - s + n) % n;  // the rank whose keys are in hand
-    Exchange pass;
-    if (s + 1 < n) {
-      pass = Exchange(comm, cur.storage.data(), next.storage.data(), cur.bytes(), (r + 1) % n,
-                      (r - 1 + n) % n, kTagKv);
-      clock.sent(cur.bytes());
-    }
-    for (const Chunk& kc : chunks_of(src, n, Tl, options.sharding)) {
-      const Tensor kv_k = cur.k.slice(1, kc.local, kc.local + kc.length);
-      const Tensor kv_v = cur.v.slice(1, kc.local, kc.local + kc.length);
+  acc.out = Tensor::zeros({q.size(0), ring.Tl, q.size(2), v.size(3)}, q.dtype());
+  acc.lse = Tensor::full({q.size(0), q.size(2), ring.Tl}, -std::numeric_limits<double>::infinity(),
+                         q.dtype());
+  const std::vector<Chunk> rows = chunks_of(ring.r, ring.n, ring.Tl, options.sharding);
+  for (int s = 0; s < ring.n; ++s) {
+    Exchange pass = ring.pass(s);
+    for (const Chunk& kc : chunks_of(ring.source(s), ring.n, ring.Tl, options.sharding)) {
+      const Tensor kb = ring.cur.k.slice(1, kc.local, kc.local + kc.length);
+      const Tensor vb = ring.cur.v.slice(1, kc.local, kc.local + kc.length);
       for (const Chunk& qc : rows) {
-        const AttentionOutput part = clock.compute(
-            [&] { return step(qc.local, qc.length, qc.global, kv_k, kv_v, kc.global); });
+        const AttentionOutput part = ring.clock.compute(
+            [&] { return step(qc.local, qc.length, qc.global, kb, vb, kc.global); });
         merge_rows(acc, qc.local, part);
       }
     }
-    clock.wait(pass);
-    std::swap(cur, next);
+    ring.advance(pass);
   }
-  clock.report(options.stats);
+  ring.clock.report(options.stats);
   return acc;
 }
 
@@ -254,18 +265,12 @@ AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                              const RingOptions& options, const Communicator& comm,
                              const RingBackwardStep& step) {
   check_shards(q, k, v, options, comm);
-  StepClock clock;
-  const int n = comm.size(), r = comm.rank();
-  const std::int64_t Tl = q.size(1);
-  KvBuffer cur(k.shape(), v.shape(), k.dtype(), false),
-      next(k.shape(), v.shape(), k.dtype(), false);
+  Ring ring(comm, q, k, v);
   KvBuffer grads(k.shape(), v.shape(), k.dtype(), true),
       arriving(k.shape(), v.shape(), k.dtype(), false);
-  cur.k.copy_from(k);
-  cur.v.copy_from(v);
   AttentionGrads result;
   result.dq = Tensor::zeros(q.shape(), q.dtype());
-  const std::vector<Chunk> rows = chunks_of(r, n, Tl, options.sharding);
+  const std::vector<Chunk> rows = chunks_of(ring.r, ring.n, ring.Tl, options.sharding);
   // The gradients of the block in hand travel on to the next rank at the end of each step, and
   // reach their owner after the last; the next step's kernels run while they are on the wire,
   // and only then is the next block's arrival awaited.
@@ -274,26 +279,20 @@ AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
     Chunk q, k;
     AttentionGrads grads;
   };
-  for (int s = 0; s < n; ++s) {
-    const int src = (r - s + n) % n;
-    Exchange pass;
-    if (s + 1 < n) {
-      pass = Exchange(comm, cur.storage.data(), next.storage.data(), cur.bytes(), (r + 1) % n,
-                      (r - 1 + n) % n, kTagKv);
-      clock.sent(cur.bytes());
-    }
+  for (int s = 0; s < ring.n; ++s) {
+    Exchange pass = ring.pass(s);
     std::vector<Part> parts;
-    for (const Chunk& kc : chunks_of(src, n, Tl, options.sharding)) {
-      const Tensor kv_k = cur.k.slice(1, kc.local, kc.local + kc.length);
-      const Tensor kv_v = cur.v.slice(1, kc.local, kc.local + kc.length);
+    for (const Chunk& kc : chunks_of(ring.source(s), ring.n, ring.Tl, options.sharding)) {
+      const Tensor kb = ring.cur.k.slice(1, kc.local, kc.local + kc.length);
+      const Tensor vb = ring.cur.v.slice(1, kc.local, kc.local + kc.length);
       for (const Chunk& qc : rows) {
-        parts.push_back({qc, kc, clock.compute([&] {
-                           return step(qc.local, qc.length, qc.global, kv_k, kv_v, kc.global);
+        parts.push_back({qc, kc, ring.clock.compute([&] {
+                           return step(qc.local, qc.length, qc.global, kb, vb, kc.global);
                          })});
       }
     }
     if (s > 0) {
-      clock.wait(home);  // block src's gradients from the ranks before this one
+      ring.clock.wait(home);  // this block's gradients from the ranks before this one
       std::swap(grads, arriving);
     }
     for (const Part& part : parts) {
@@ -301,21 +300,16 @@ AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
       add_rows(grads.k, part.k.local, part.grads.dk);
       add_rows(grads.v, part.k.local, part.grads.dv);
     }
-    if (n > 1) {
-      home = Exchange(comm, grads.storage.data(), arriving.storage.data(), grads.bytes(),
-                      (r + 1) % n, (r - 1 + n) % n, kTagGrads);
-      clock.sent(grads.bytes());
-    }
-    clock.wait(pass);
-    std::swap(cur, next);
+    if (ring.n > 1) home = ring.send_on(grads, arriving, kTagGrads);
+    ring.advance(pass);
   }
-  if (n > 1) {
-    clock.wait(home);  // this rank's own block, home from the last rank it visited
+  if (ring.n > 1) {
+    ring.clock.wait(home);  // this rank's own block, home from the last rank it visited
     std::swap(grads, arriving);
   }
   result.dk = grads.k.clone();
   result.dv = grads.v.clone();
-  clock.report(options.stats);
+  ring.clock.report(options.stats);
   return result;
 }
 

@@ -22,16 +22,6 @@ namespace ag = autograd;
 
 namespace {
 
-Shape contiguous_strides(const Shape& shape) {
-  Shape strides(shape.size());
-  std::int64_t stride = 1;
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    strides[d] = stride;
-    stride *= shape[d];
-  }
-  return strides;
-}
-
 // The gradients of `parameters` summed across sync's ranks, each rank's weighted by `weight`
 // (its share of the batch's target tokens): one flat buffer per dtype (`flat`, kept from step to
 // step), summed in one call (which DataParallel splits into buckets). Every rank must have a
@@ -64,8 +54,7 @@ void sum_gradients(const std::vector<Var>& parameters, DType dtype, double weigh
   for (const Var& p : parameters) {
     if (!p.grad().defined() || p.grad().dtype() != dtype) continue;
     Tensor grad = p.grad();  // shares the gradient's storage
-    const Tensor summed =
-        Tensor::from_blob(flat.data() + at, grad.shape(), contiguous_strides(grad.shape()), dtype);
+    const Tensor summed = Tensor::from_blob(flat.data() + at, grad.shape(), dtype);
     grad.copy_from(summed);
     at += static_cast<std::size_t>(grad.numel());
   }

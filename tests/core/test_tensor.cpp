@@ -533,6 +533,19 @@ TEST(Copies, CopyFromOverlappingViewOfAnotherDType) {
   EXPECT_EQ(as_f32.to_vector(), before);
 }
 
+// from_blob without strides views row-major memory: the strides of a contiguous tensor, the
+// caller's values in place, and writes that reach the caller's buffer.
+TEST(Copies, FromBlobWithoutStridesIsRowMajor) {
+  double buffer[6] = {0, 1, 2, 3, 4, 5};
+  Tensor t = Tensor::from_blob(buffer, {2, 3}, DType::f64);
+  EXPECT_EQ(t.strides(), (Shape{3, 1}));
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.at({1, 0}), 3.0);
+  t.set({0, 2}, 7.0);
+  EXPECT_EQ(buffer[2], 7.0);
+  EXPECT_THROW(Tensor::from_blob(nullptr, {2}, DType::f32), qkv::Error);
+}
+
 TEST(Copies, CopyFromBroadcastSource) {
   Tensor dst = Tensor::zeros({2, 3}, DType::f64);
   dst.copy_from(Tensor::from_values({3}, {1, 2, 3}).expand({2, 3}));

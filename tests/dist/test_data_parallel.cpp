@@ -21,19 +21,6 @@ namespace {
 
 using dist::Communicator;
 using models::test_support::copy_task;
-using models::test_support::kSymbols;
-
-models::TranslatorConfig small_config() {
-  models::TranslatorConfig c;
-  c.source_vocab = c.target_vocab = 4 + kSymbols;
-  c.d_model = 32;
-  c.heads = 2;
-  c.encoder_layers = c.decoder_layers = 1;
-  c.dim_feedforward = 64;
-  c.max_length = 16;
-  c.seed = 3;
-  return c;
-}
 
 models::TrainOptions training() {
   models::TrainOptions o;
@@ -57,11 +44,11 @@ TEST(DataParallel, TrainsAsOneProcessOnTheWholeBatch) {
   const Communicator world = Communicator::world();
   SCOPED_TRACE("rank " + std::to_string(world.rank()) + " of " + std::to_string(world.size()));
   const std::vector<models::Example> data = copy_task(200, 1);
-  models::Translator alone(small_config());
+  models::Translator alone(models::test_support::small_translator());
   const models::TrainReport want = models::train(alone, data, training());
 
   const dist::DataParallel group(world);
-  models::Translator shared(small_config());
+  models::Translator shared(models::test_support::small_translator());
   models::TrainOptions options = training();
   options.sync = &group;
   const models::TrainReport got = models::train(shared, data, options);
@@ -99,7 +86,7 @@ TEST(DataParallel, TrainsAsOneProcessOnTheWholeBatch) {
 TEST(DataParallel, RefusesABatchSmallerThanTheGroup) {
   const Communicator world = Communicator::world();
   const dist::DataParallel group(world);
-  models::Translator model(small_config());
+  models::Translator model(models::test_support::small_translator());
   models::TrainOptions options = training();
   options.sync = &group;
   options.batch_size = world.size() - 1;

@@ -12,11 +12,25 @@
 #include "qkv/models/corpus.hpp"
 #include "qkv/models/seq2seq.hpp"
 #include "qkv/models/train.hpp"
+#include "qkv/models/translator.hpp"
 #include "qkv/philox.hpp"
 
 namespace qkv::models::test_support {
 
 inline constexpr std::int64_t kSymbols = 12;  // copy-task words: ids 4 .. 4 + kSymbols
+
+// The small translator the copy-task tests train: one layer each side, d_model 32, two heads.
+inline TranslatorConfig small_translator() {
+  TranslatorConfig c;
+  c.source_vocab = c.target_vocab = 4 + kSymbols;
+  c.d_model = 32;
+  c.heads = 2;
+  c.encoder_layers = c.decoder_layers = 1;
+  c.dim_feedforward = 64;
+  c.max_length = 16;
+  c.seed = 3;
+  return c;
+}
 
 inline std::vector<Example> copy_task(std::int64_t count, std::uint64_t seed) {
   Generator g(seed);

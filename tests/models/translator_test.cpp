@@ -28,17 +28,7 @@ using test_support::copy_task;
 using test_support::forced_log_probability;
 using test_support::kSymbols;
 
-TranslatorConfig small_config() {
-  TranslatorConfig c;
-  c.source_vocab = c.target_vocab = 4 + kSymbols;
-  c.d_model = 32;
-  c.heads = 2;
-  c.encoder_layers = c.decoder_layers = 1;
-  c.dim_feedforward = 64;
-  c.max_length = 16;
-  c.seed = 3;
-  return c;
-}
+TranslatorConfig small_config() { return test_support::small_translator(); }
 
 // 400 steps of 32 copies at lr 3e-3.
 TrainOptions copy_training() {

@@ -197,6 +197,18 @@ TEST(HalfKv, ReadsACacheViewAndNeverItsUnusedTail) {
   for (const double x : got.out.to_vector()) ASSERT_TRUE(std::isfinite(x));
 }
 
+// The cpu backend's result on a 16-bit q, k, v, checked to be the bits of the same call on them
+// converted to f32 (out rounded back); returns the f32 call's.
+AttentionOutput same_bits_as_f32(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const AttentionOptions& options) {
+  const AttentionOutput got = attention_forward(q, k, v, options);
+  AttentionOutput f32 =
+      attention_forward(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), options);
+  EXPECT_TRUE(bitwise_equal({got.out.to_vector(), got.lse.to_vector()},
+                            {f32.out.to(q.dtype()).to_vector(), f32.lse.to_vector()}));
+  return f32;
+}
+
 // Infinities and NaNs in an f16 cache read as their f32 conversion gives them, on every target:
 // Highway 1.0.3's software conversion (x86 below AVX2, EMU128, SCALAR) read them as finite
 // numbers of 2^16 and more (load_as-inl.h). A decode (split keys) and a prefill (tiles), each
@@ -223,11 +235,7 @@ TEST(HalfKv, InfinitiesAndNaNsReadAsConvertedOnEveryTarget) {
     for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
       SCOPED_TRACE(hwy::TargetName(target));
       hwy::SetSupportedTargetsForTest(target);
-      const AttentionOutput got = attention_forward(q, k, v, options);
-      const AttentionOutput f32 =
-          attention_forward(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), options);
-      EXPECT_TRUE(bitwise_equal({got.out.to_vector(), got.lse.to_vector()},
-                                {f32.out.to(DType::f16).to_vector(), f32.lse.to_vector()}));
+      const AttentionOutput got = same_bits_as_f32(q, k, v, options);
       // Head 0 reads a NaN key, heads 2-4 a NaN or infinite value: not finite. Head 5 is.
       for (const std::int64_t h : {0, 2, 3, 4}) {
         EXPECT_FALSE(std::isfinite(got.out.at({0, 0, h, h == 2 ? 7 : h == 3 ? 39 : 0})));
@@ -267,11 +275,7 @@ TEST(HalfKv, LargeCacheDecodedKeyByKey) {
   for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
     SCOPED_TRACE(hwy::TargetName(target));
     hwy::SetSupportedTargetsForTest(target);
-    const AttentionOutput got = attention_forward(q, k, v, options);
-    const AttentionOutput f32 =
-        attention_forward(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), options);
-    EXPECT_TRUE(bitwise_equal({got.out.to_vector(), got.lse.to_vector()},
-                              {f32.out.to(DType::f16).to_vector(), f32.lse.to_vector()}));
+    const AttentionOutput f32 = same_bits_as_f32(q, k, v, options);
     for (std::int64_t h = 0; h < H; ++h) {
       SCOPED_TRACE("head " + std::to_string(h));
       const Tensor out = f32.out.slice(2, h, h + 1), want = exact.out.slice(2, h, h + 1);
