@@ -36,7 +36,8 @@
 namespace qkv::dist {
 
 // An MPI communicator: world() is MPI_COMM_WORLD; from_mpi(&comm) wraps a communicator of the
-// caller's (the address of an MPI_Comm, which must outlive every use). Copies share it.
+// caller's (given by the address of its MPI_Comm, whose handle is copied: the communicator must
+// not be freed while this is used). Copies share it.
 class Communicator {
  public:
   // MPI_COMM_WORLD, initializing MPI (MPI_THREAD_FUNNELED) if it is not yet; MPI is then finalized
