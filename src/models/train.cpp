@@ -22,24 +22,22 @@ namespace ag = autograd;
 
 namespace {
 
-// The gradients of `parameters` summed across sync's ranks, each rank's weighted by `weight`
-// (its share of the batch's target tokens): one flat buffer per dtype (`flat`, kept from step to
-// step), summed in one call (which DataParallel splits into buckets). Every rank must have a
-// gradient for the same parameters.
-template <class T>
-void sum_gradients(const std::vector<Var>& parameters, DType dtype, double weight,
-                   const dist::GradientSync& sync, std::vector<T>& flat) {
-  std::size_t size = 0;
+// How many elements the gradients of `parameters` in `dtype` hold.
+std::int64_t gradient_elements(const std::vector<Var>& parameters, DType dtype) {
+  std::int64_t size = 0;
   for (const Var& p : parameters) {
     if (p.grad().defined() && p.grad().dtype() == dtype) size += p.grad().numel();
   }
-  double count = static_cast<double>(size);
-  sync.sum(&count, 1);
-  if (count != static_cast<double>(size) * sync.size()) {
-    throw Error("options.sync", "gradients of the same parameters on every rank",
-                "ranks whose gradients differ in size");
-  }
-  flat.resize(size);
+  return size;
+}
+
+// The gradients of `parameters` in `dtype` summed across sync's ranks, each rank's weighted by
+// `weight` (its share of the batch's target tokens): one flat buffer (`flat`, kept from step to
+// step, `size` elements), summed in one call (which DataParallel splits into buckets).
+template <class T>
+void sum_gradients(const std::vector<Var>& parameters, DType dtype, std::int64_t size,
+                   double weight, const dist::GradientSync& sync, std::vector<T>& flat) {
+  flat.resize(static_cast<std::size_t>(size));
   const T w = static_cast<T>(weight);
   std::size_t at = 0;
   for (const Var& p : parameters) {
@@ -49,7 +47,7 @@ void sum_gradients(const std::vector<Var>& parameters, DType dtype, double weigh
     for (std::int64_t n = 0; n < g.numel(); ++n) flat[at + n] = x[n] * w;
     at += static_cast<std::size_t>(g.numel());
   }
-  sync.sum(flat.data(), static_cast<std::int64_t>(flat.size()));
+  sync.sum(flat.data(), size);
   at = 0;
   for (const Var& p : parameters) {
     if (!p.grad().defined() || p.grad().dtype() != dtype) continue;
@@ -193,11 +191,21 @@ TrainReport train(Seq2Seq& model, const std::vector<Example>& examples, const Tr
     if (sync != nullptr) {
       // The batch's loss is the mean over all its target tokens: each rank's gradient (of the mean
       // over its own tokens) weighted by its share of them, then summed.
-      double counts[2] = {static_cast<double>(tokens), loss_value * static_cast<double>(tokens)};
-      sync->sum(counts, 2);
+      // One sum for the step's counts: its tokens and loss, and the sizes of the gradients, which
+      // must be the same on every rank.
+      const std::int64_t n32 = gradient_elements(parameters, DType::f32);
+      const std::int64_t n64 = gradient_elements(parameters, DType::f64);
+      double counts[4] = {static_cast<double>(tokens), loss_value * static_cast<double>(tokens),
+                          static_cast<double>(n32), static_cast<double>(n64)};
+      sync->sum(counts, 4);
+      if (counts[2] != static_cast<double>(n32) * ranks ||
+          counts[3] != static_cast<double>(n64) * ranks) {
+        throw Error("options.sync", "gradients of the same parameters on every rank",
+                    "ranks whose gradients differ in size");
+      }
       const double weight = static_cast<double>(tokens) / counts[0];
-      sum_gradients<float>(parameters, DType::f32, weight, *sync, flat_f32);
-      sum_gradients<double>(parameters, DType::f64, weight, *sync, flat_f64);
+      if (n32 > 0) sum_gradients<float>(parameters, DType::f32, n32, weight, *sync, flat_f32);
+      if (n64 > 0) sum_gradients<double>(parameters, DType::f64, n64, weight, *sync, flat_f64);
       tokens = static_cast<std::int64_t>(counts[0]);
       loss_value = counts[1] / counts[0];
     }
