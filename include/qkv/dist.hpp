@@ -75,7 +75,7 @@ struct RingStats {
 enum class Sharding : std::uint8_t { contiguous, zigzag };
 
 struct RingOptions {
-  FlexOptions flex;  // scale; dropout_p must be 0
+  FlexOptions flex;  // scale and dropout, keyed on global positions (the starts are set per step)
   Sharding sharding = Sharding::contiguous;
   RingStats* stats = nullptr;  // added to where given
 };
@@ -128,6 +128,13 @@ struct ShiftedScore {
   }
 };
 
+// options for a pair of chunks: dropout drawn at their global positions.
+inline FlexOptions chunk_options(FlexOptions options, std::int64_t q0, std::int64_t k0) {
+  options.dropout_q_start = q0;
+  options.dropout_k_start = k0;
+  return options;
+}
+
 template <class MaskMod>
 BlockMask chunk_mask(const MaskMod& mask_mod, const Tensor& q, const Tensor& k, std::int64_t q0,
                      std::int64_t k0) {
@@ -141,7 +148,8 @@ BlockMask chunk_mask(const MaskMod& mask_mod, const Tensor& q, const Tensor& k, 
 // D], v [B, T, Hk, Dv], the same T and dtype (f32 or f64) on every rank (T even for zigzag);
 // mask_mod and score_mod (qkv/flex.hpp) in global positions. Returns this shard's out [B, T, Hq,
 // Dv] and lse [B, Hq, T], those rows of flex_attention over the whole sequence. Every rank of comm
-// calls it. Dropout is refused (its mask is not yet keyed on global positions).
+// calls it. With options.flex.dropout_p, each entry is dropped exactly where flex_attention over
+// the whole sequence, with the same seed and offset, drops it.
 template <class MaskMod, class ScoreMod>
 AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, MaskMod mask_mod,
                                ScoreMod score_mod, const Communicator& comm,
@@ -153,7 +161,7 @@ AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v
                                 const detail::ShiftedScore<ScoreMod> score{score_mod, q0, k0};
                                 return flex_attention(qc, kc, vc, score,
                                                       detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                                                      options.flex);
+                                                      detail::chunk_options(options.flex, q0, k0));
                               });
 }
 // Without a score mod.
@@ -166,7 +174,7 @@ AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v
                                 const Tensor qc = q.slice(1, row, row + rows);
                                 return flex_attention(qc, kc, vc,
                                                       detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                                                      options.flex);
+                                                      detail::chunk_options(options.flex, q0, k0));
                               });
 }
 
@@ -186,7 +194,7 @@ AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, cons
                                      dout.slice(1, row, row + rows), qc, kc, vc,
                                      out.slice(1, row, row + rows), lse.slice(2, row, row + rows),
                                      score, detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                                     options.flex);
+                                     detail::chunk_options(options.flex, q0, k0));
                                });
 }
 // Without a score mod.
@@ -202,7 +210,8 @@ AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, cons
                                  return flex_attention_backward(
                                      dout.slice(1, row, row + rows), qc, kc, vc,
                                      out.slice(1, row, row + rows), lse.slice(2, row, row + rows),
-                                     detail::chunk_mask(mask_mod, qc, kc, q0, k0), options.flex);
+                                     detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                                     detail::chunk_options(options.flex, q0, k0));
                                });
 }
 

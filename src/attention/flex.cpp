@@ -25,6 +25,25 @@ AttentionOptions as_options(const FlexOptions& f) {
   return o;
 }
 
+// The sizes of q, k, v, validated with options (the built-in checks, then dropout's starts).
+kernels::Dims validate(const Tensor& q, const Tensor& k, const Tensor& v,
+                       const FlexOptions& options) {
+  const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
+  // Philox counters hold the drawn row and key positions in 32 bits each.
+  constexpr std::int64_t kLimit = std::int64_t{1} << 32;
+  const auto expect_start = [&](std::int64_t start, std::int64_t length, const char* name) {
+    if (start < 0 || start > kLimit - length) {
+      throw Error(
+          std::string("options.") + name,
+          "a position >= 0 with position + length (" + std::to_string(length) + ") at most 2^32",
+          std::to_string(start));
+    }
+  };
+  expect_start(options.dropout_q_start, dims.Tq, "dropout_q_start");
+  expect_start(options.dropout_k_start, dims.Tk, "dropout_k_start");
+  return dims;
+}
+
 // The block mask for these shapes: the caller's, checked, or one that keeps every key.
 BlockMask blocks_for(const BlockMask& given, const kernels::Dims& d) {
   if (!given.defined()) return create_block_mask(masks::Full{}, 1, 1, d.Tq, d.Tk);
@@ -50,7 +69,9 @@ struct FlexPrepared {
                const Tensor& v_in, const ErasedScore* score, const BlockMask& blocks,
                const FlexOptions& options, attention::Reader reader = attention::Reader::any)
       : inputs(q_in, k_in, v_in, reader) {
-    inputs.into(params, dims, options.scale, {options.dropout_p, options.seed, options.offset});
+    inputs.into(params, dims, options.scale,
+                {options.dropout_p, options.seed, options.offset, options.dropout_q_start,
+                 options.dropout_k_start});
     params.score_mod.erased = score;
     params.mask_mod.erased = &blocks.data().mask;
     params.blocks = &blocks.data();
@@ -114,7 +135,7 @@ void weights_as(const kernels::Dims& dims, const Tensor& q, const Tensor& k, con
 Tensor flex_weights(const Tensor& q, const Tensor& k, const ErasedScore* score,
                     const BlockMask& block_mask, const FlexOptions& options) {
   const Tensor v = attention::weights_stand_in_v(q, k);
-  const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
+  const kernels::Dims dims = validate(q, k, v, options);
   const BlockMask blocks = blocks_for(block_mask, dims);
   Tensor weights = Tensor::zeros({dims.B, dims.Hq, dims.Tq, dims.Tk}, q.dtype());
   if (attention::empty_problem(dims)) return weights;
@@ -130,7 +151,7 @@ AttentionOutput flex_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                              const ErasedScore* score, const BlockMask& block_mask,
                              const FlexOptions& options) {
   // Validated before allocating by the shapes of q, k, v.
-  const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
+  const kernels::Dims dims = validate(q, k, v, options);
   AttentionOutput result{
       Tensor::empty(attention::out_shape(dims), q.dtype()),
       Tensor::empty(attention::lse_shape(dims), attention::lse_dtype(q.dtype()))};
@@ -141,7 +162,7 @@ AttentionOutput flex_forward(const Tensor& q, const Tensor& k, const Tensor& v,
 void flex_forward_into(const Tensor& q, const Tensor& k, const Tensor& v, const ErasedScore* score,
                        const BlockMask& block_mask, const FlexOptions& options, Tensor& out,
                        Tensor& lse) {
-  const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
+  const kernels::Dims dims = validate(q, k, v, options);
   const std::initializer_list<const Tensor*> inputs = {&q, &k, &v};
   attention::expect_output(out, "out", attention::out_shape(dims), q.dtype(), inputs);
   attention::expect_output(lse, "lse", attention::lse_shape(dims), attention::lse_dtype(q.dtype()),
@@ -163,7 +184,7 @@ AttentionGrads flex_backward(const Tensor& dout, const Tensor& q, const Tensor& 
                              const Tensor& out, const Tensor& lse, const ErasedScore* score,
                              const BlockMask& block_mask, const FlexOptions& options,
                              const std::vector<Captured>& captured) {
-  attention::validate_inputs(q, k, v, as_options(options));  // before allocating by their shapes
+  validate(q, k, v, options);  // before allocating by their shapes
   AttentionGrads grads;
   grads.dq = Tensor::empty(q.shape(), q.dtype());
   grads.dk = Tensor::empty(k.shape(), k.dtype());
@@ -176,7 +197,7 @@ void flex_backward_into(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         const Tensor& out, const Tensor& lse, const ErasedScore* score,
                         const BlockMask& block_mask, const FlexOptions& options,
                         const std::vector<Captured>& captured, AttentionGrads& grads) {
-  const kernels::Dims dims = attention::validate_inputs(q, k, v, as_options(options));
+  const kernels::Dims dims = validate(q, k, v, options);
   attention::expect_tensor(dout, "dout", attention::out_shape(dims), q.dtype());
   attention::expect_tensor(out, "out", attention::out_shape(dims), q.dtype());
   attention::expect_tensor(lse, "lse", attention::lse_shape(dims), attention::lse_dtype(q.dtype()));

@@ -4,6 +4,7 @@
 // one, the backward adds each step's dq into this rank's and each block's dk, dv into the
 // gradients that travel with the block.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -64,10 +65,6 @@ void check_shards(const Tensor& q, const Tensor& k, const Tensor& v, const RingO
            "q: expected an even shard length for zigzag sharding (two chunks), got " +
                std::to_string(q.size(1)));
   }
-  expect(options.flex.dropout_p == 0.0,
-         "options.dropout_p: expected 0 (ring attention's dropout is not keyed on global "
-         "positions yet), got " +
-             std::to_string(options.flex.dropout_p));
   std::vector<std::int64_t> shape = {problem.empty() ? 1 : 0};
   if (problem.empty()) {
     shape.insert(shape.end(), {q.size(0), q.size(1), q.size(2), q.size(3), k.size(2), v.size(3),
@@ -82,6 +79,15 @@ void check_shards(const Tensor& q, const Tensor& k, const Tensor& v, const RingO
                 "the same shard shape and dtype on every rank of the communicator (or a valid "
                 "shard on every rank)",
                 "shards that differ");
+  }
+  // Options that differ would not hang the ring, but would give each rank a different problem.
+  const FlexOptions& f = options.flex;
+  if (!same_on_every_rank(
+          comm,
+          {std::bit_cast<std::int64_t>(f.dropout_p), static_cast<std::int64_t>(f.seed),
+           static_cast<std::int64_t>(f.offset), static_cast<std::int64_t>(options.sharding)})) {
+    throw Error("options", "the same sharding, dropout_p, seed and offset on every rank",
+                "options that differ");
   }
 }
 

@@ -52,11 +52,15 @@ struct Broadcast4 {
   }
 };
 
-// Dropout as the kernels see it: probability p of dropping, and the Philox key material.
+// Dropout as the kernels see it: probability p of dropping, the Philox key material, and the
+// positions the counters take for row 0 and key 0 (a shard of a longer sequence keys its mask on
+// global positions: entry (i, j) draws as (row0 + i, col0 + j)).
 struct DropoutParams {
   double p = 0.0;
   std::uint64_t seed = 0;
   std::uint64_t offset = 0;
+  std::int64_t row0 = 0;
+  std::int64_t col0 = 0;
   bool enabled() const noexcept { return p > 0.0; }
 };
 

@@ -201,6 +201,65 @@ std::vector<MaskCase> mask_cases() {
   return cases;
 }
 
+// flex_attention with dropout's starts (a slice of a longer sequence, as ring attention's shards
+// are) drops entry (i, j) where the whole sequence drops (q_start + i, k_start + j), on both
+// backends, forward and backward: key starts that are not multiples of 4 (a Philox call serves
+// four keys), a split-keys decode, and starts that end at 2^32, the counters' limit.
+TEST(DropoutMasks, FlexStartsDrawAtGlobalPositions) {
+  struct Starts {
+    std::int64_t Tq, q_start, k_start;
+  };
+  constexpr std::int64_t kLast = std::int64_t{1} << 32;
+  for (const Starts& at : {Starts{40, 3, 7}, Starts{40, 64, 130}, Starts{3, 1000, 1},
+                           Starts{40, kLast - 40, kLast - 1100}}) {
+    MaskCase c;
+    c.B = 2, c.Tq = at.Tq, c.Tk = 1100, c.Hq = 4, c.Hk = 2;
+    c.name = "starts " + std::to_string(at.q_start) + ", " + std::to_string(at.k_start);
+    SCOPED_TRACE(c.name);
+    FlexOptions o;
+    o.dropout_p = 0.3, o.seed = 17, o.offset = 5;
+    o.dropout_q_start = at.q_start, o.dropout_k_start = at.k_start;
+    Kept want;
+    for (std::int64_t b = 0; b < c.B; ++b) {
+      for (std::int64_t h = 0; h < c.Hq; ++h) {
+        for (std::int64_t i = 0; i < c.Tq; ++i) {
+          for (std::int64_t j = 0; j < c.Tk; ++j) {
+            want.push_back(dropout_keep(o.seed, o.offset, static_cast<std::uint32_t>(b * c.Hq + h),
+                                        static_cast<std::uint32_t>(at.q_start + i),
+                                        static_cast<std::uint32_t>(at.k_start + j), o.dropout_p));
+          }
+        }
+      }
+    }
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      const Inputs in = make_inputs(c, dtype);
+      for (const Backend backend : {Backend::cpu, Backend::reference}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) +
+                     (backend == Backend::cpu ? ", fused" : ", reference"));
+        o.backend = backend;
+        const AttentionOutput f = flex_attention(in.q, in.k, in.v, BlockMask(), o);
+        EXPECT_EQ(difference(c, read_forward(c, f.out), want), "") << "forward";
+        const AttentionGrads g =
+            flex_attention_backward(in.dout, in.q, in.k, in.v, f.out, f.lse, BlockMask(), o);
+        EXPECT_EQ(difference(c, read_backward(c, g.dv), want), "") << "backward";
+      }
+    }
+  }
+}
+
+TEST(DropoutMasks, FlexStartsPastTheCountersThrow) {
+  Generator g(1);
+  const Tensor x = Tensor::randn({1, 8, 1, 4}, g);
+  FlexOptions o;
+  o.dropout_p = 0.1;
+  o.dropout_q_start = -1;
+  EXPECT_THROW(flex_attention(x, x, x, BlockMask(), o), Error);
+  o.dropout_q_start = 0, o.dropout_k_start = (std::int64_t{1} << 32) - 7;
+  EXPECT_THROW(flex_attention(x, x, x, BlockMask(), o), Error);
+  o.dropout_k_start = (std::int64_t{1} << 32) - 8;
+  EXPECT_EQ(flex_attention(x, x, x, BlockMask(), o).out.size(1), 8);
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, DropoutMasks, ::testing::ValuesIn(mask_cases()),
                          [](const ::testing::TestParamInfo<MaskCase>& info) {
                            return info.param.name;

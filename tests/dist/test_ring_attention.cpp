@@ -176,9 +176,44 @@ TEST(RingAttention, ScoreModInGlobalPositions) {
   }
 }
 
+// Dropout keyed on global positions: each rank drops exactly the entries flex_attention over the
+// whole sequence drops, with chunks whose starts are not multiples of 4 (a Philox call's group).
+// A causal document mask and ALiBi's distance beside it. The dropped run must differ from an
+// undropped one, or the comparison would not show that dropout ran.
+TEST(RingAttention, DropoutAsTheWholeSequenceDropsIt) {
+  const std::int64_t T = Communicator::world().size() * Tl;
+  const auto mask = and_masks(masks::causal(), masks::document(documents(T)));
+  const auto alibi = [](auto s, std::int64_t, std::int64_t h, std::int64_t i, std::int64_t j) {
+    return s - 0.25 * static_cast<double>(h + 1) * static_cast<double>(i >= j ? i - j : j - i);
+  };
+  FlexOptions dropout;
+  dropout.dropout_p = 0.3, dropout.seed = 1ull << 33 | 21, dropout.offset = 4;
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    compare(
+        "dropout", dtype, mask,
+        [&](const Inputs& in, const BlockMask& blocks) {
+          AttentionOutput o = flex_attention(in.q, in.k, in.v, alibi, blocks, dropout);
+          const AttentionOutput plain = flex_attention(in.q, in.k, in.v, alibi, blocks);
+          EXPECT_GT(relative_error(o.out, plain.out), 1e-2) << "dropout changed nothing";
+          AttentionGrads g = flex_attention_backward(in.dout, in.q, in.k, in.v, o.out, o.lse, alibi,
+                                                     blocks, dropout);
+          return std::pair{o, g};
+        },
+        [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+            dist::RingOptions options) {
+          const Communicator world = Communicator::world();
+          options.flex = dropout;
+          AttentionOutput o = dist::ring_attention(q, k, v, mask, alibi, world, options);
+          AttentionGrads g = dist::ring_attention_backward(dout, q, k, v, o.out, o.lse, mask, alibi,
+                                                           world, options);
+          return std::pair{o, g};
+        });
+  }
+}
+
 // Bad input throws qkv::Error on every rank, so that no rank is left waiting in the ring: one
-// rank's shard of another length, a dtype the merge does not take, dropout, an odd shard length
-// with zigzag sharding.
+// rank's shard of another length, a dtype the merge does not take, dropout options that differ
+// between ranks, an odd shard length with zigzag sharding.
 TEST(RingAttention, BadShardsThrowOnEveryRank) {
   const Communicator world = Communicator::world();
   Generator g(1);
@@ -190,9 +225,12 @@ TEST(RingAttention, BadShardsThrowOnEveryRank) {
   const Tensor half = Tensor::randn({1, Tl, 2, 8}, g).to(DType::bf16);
   EXPECT_THROW(dist::ring_attention(half, half, half, masks::causal(), world), Error);
   const Tensor ok = Tensor::randn({1, Tl, 2, 8}, g);
-  dist::RingOptions dropout;
-  dropout.flex.dropout_p = 0.1;
-  EXPECT_THROW(dist::ring_attention(ok, ok, ok, masks::causal(), world, dropout), Error);
+  if (world.size() > 1) {
+    dist::RingOptions dropout;
+    dropout.flex.dropout_p = 0.1;
+    dropout.flex.seed = world.rank() == 0 ? 1 : 2;
+    EXPECT_THROW(dist::ring_attention(ok, ok, ok, masks::causal(), world, dropout), Error);
+  }
   const Tensor odd = Tensor::randn({1, Tl + 1, 2, 8}, g);
   dist::RingOptions zigzag;
   zigzag.sharding = dist::Sharding::zigzag;

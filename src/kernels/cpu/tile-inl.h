@@ -273,8 +273,9 @@ void scale_rows(const T* src, std::int64_t ld, std::int64_t rows, std::int64_t d
   }
 }
 
-// Z [rows, kBk]: the dropout factor of (i0 + r, j0 + c), 0 or 1 / (1 - p), and 0 past cols. j0 is a
-// multiple of 4, so each Philox call serves four consecutive keys.
+// Z [rows, kBk]: the dropout factor of (i0 + r, j0 + c), 0 or 1 / (1 - p), and 0 past cols, drawn
+// at (row0 + i0 + r, col0 + j0 + c). Each Philox call serves four drawn positions [g, g + 4), g a
+// multiple of 4 (with col0 0, as in one process, g runs over the tile's own columns).
 template <class T, class ScoreMod, class MaskMod>
 void dropout_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::int64_t h,
                   std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols, T* Z) {
@@ -284,15 +285,17 @@ void dropout_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std:
                          static_cast<std::uint32_t>(dropout.seed >> 32) ^
                              static_cast<std::uint32_t>(dropout.offset >> 32)};
   const auto bh = static_cast<std::uint32_t>(b * p.dims.Hq + h);
+  const std::int64_t first = dropout.col0 + j0;  // the drawn position of column 0
   for (std::int64_t r = 0; r < rows; ++r) {
-    const auto i = static_cast<std::uint32_t>(i0 + r);
-    for (std::int64_t c = 0; c < cols; c += 4) {
-      const auto j = static_cast<std::uint32_t>(j0 + c);
-      const PhiloxCounter bits =
-          philox4x32_10({j >> 2, i, bh, static_cast<std::uint32_t>(dropout.offset)}, key);
-      for (std::int64_t lane = 0; lane < 4 && c + lane < cols; ++lane) {
-        const bool keep = static_cast<double>(uniform_from_bits(bits[lane])) >= dropout.p;
-        Z[r * kBk + c + lane] = keep ? kept : T(0);
+    const auto i = static_cast<std::uint32_t>(dropout.row0 + i0 + r);
+    // The groups [g, g + 4) that hold the row's drawn positions, clipped to them.
+    for (std::int64_t g = first & ~std::int64_t{3}; g < first + cols; g += 4) {
+      const PhiloxCounter bits = philox4x32_10(
+          {static_cast<std::uint32_t>(g >> 2), i, bh, static_cast<std::uint32_t>(dropout.offset)},
+          key);
+      for (std::int64_t j = std::max(g, first); j < std::min(g + 4, first + cols); ++j) {
+        const bool keep = static_cast<double>(uniform_from_bits(bits[j - g])) >= dropout.p;
+        Z[r * kBk + (j - first)] = keep ? kept : T(0);
       }
     }
     // Past cols, 0: the backward multiplies whole rows of dP by Z and then tests them for NaN.

@@ -26,14 +26,16 @@ T dot(const T* a, const T* b, std::int64_t n) {
   return sum;
 }
 
-// The dropout multiplier of P[b, h, i, j]: 0 when dropped, 1 / (1 - p) when kept.
+// The dropout multiplier of P[b, h, i, j]: 0 when dropped, 1 / (1 - p) when kept (drawn at
+// (row0 + i, col0 + j)).
 template <class T>
 T dropout_scale(const Dims& d, const DropoutParams& dropout, std::int64_t b, std::int64_t h,
                 std::int64_t i, std::int64_t j) {
   if (!dropout.enabled()) return T(1);
   const bool keep =
       dropout_keep(dropout.seed, dropout.offset, static_cast<std::uint32_t>(b * d.Hq + h),
-                   static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(j), dropout.p);
+                   static_cast<std::uint32_t>(dropout.row0 + i),
+                   static_cast<std::uint32_t>(dropout.col0 + j), dropout.p);
   return keep ? static_cast<T>(1.0 / (1.0 - dropout.p)) : T(0);
 }
 
