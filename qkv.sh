@@ -22,8 +22,9 @@ packages=(
 # Only for the test command: clang and LLVM's OpenMP runtime with its Archer tool (libomp-dev,
 # which brings libarcher.so) for the ThreadSanitizer build (CMakePresets.json, "tsan"), valgrind,
 # which replays the fuzz corpus under memcheck (tests/CMakeLists.txt), and Open MPI, whose mpirun
-# runs ring attention's tests on 2 and 4 ranks (qkv::dist).
-test_packages=(clang libomp-dev valgrind openmpi-bin libopenmpi-dev)
+# runs ring attention's tests on 2 and 4 ranks (qkv::dist), and iproute2, whose ip puts 4 ranks on
+# two virtual hosts (network namespaces, tests/dist/across_namespaces.sh).
+test_packages=(clang libomp-dev valgrind openmpi-bin libopenmpi-dev iproute2)
 # Only for the test and fuzz commands: clang with libFuzzer and the sanitizers' runtimes
 # (libclang-rt-14-dev) for the fuzz preset, which links LLVM's OpenMP runtime (libomp-dev) too.
 fuzz_packages=(clang libclang-rt-14-dev libomp-dev)
