@@ -99,23 +99,23 @@ class DataParallel final : public GradientSync {
 
 namespace detail {
 
-// One pair of chunks of a ring step: the partial result of this rank's query rows [row, row +
-// rows), whose first is global row q0, against keys k [B, Tc, Hk, D], v [B, Tc, Hk, Dv] whose
-// first is global key k0.
-using RingForwardStep =
-    std::function<AttentionOutput(std::int64_t row, std::int64_t rows, std::int64_t q0,
-                                  const Tensor& k, const Tensor& v, std::int64_t k0)>;
-using RingBackwardStep =
-    std::function<AttentionGrads(std::int64_t row, std::int64_t rows, std::int64_t q0,
-                                 const Tensor& k, const Tensor& v, std::int64_t k0)>;
+// One pair of chunks of a ring step, in the compute dtype (f64 for f64 shards, else f32): the
+// partial result of query rows q [B, rows, Hq, D], whose first is global row q0, against keys
+// k [B, Tc, Hk, D], v [B, Tc, Hk, Dv], whose first is global key k0; the backward's with those
+// rows' dout, out and lse besides.
+using RingForwardStep = std::function<AttentionOutput(
+    const Tensor& q, std::int64_t q0, const Tensor& k, const Tensor& v, std::int64_t k0)>;
+using RingBackwardStep = std::function<AttentionGrads(
+    const Tensor& dout, const Tensor& q, const Tensor& out, const Tensor& lse, std::int64_t q0,
+    const Tensor& k, const Tensor& v, std::int64_t k0)>;
 
 // The ring around the steps (src/dist/ring_attention.cpp): q, k, v this rank's shards.
 AttentionOutput ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                              const RingOptions& options, const Communicator& comm,
                              const RingForwardStep& step);
-AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const RingOptions& options, const Communicator& comm,
-                             const RingBackwardStep& step);
+AttentionGrads ring_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, const RingOptions& options,
+                             const Communicator& comm, const RingBackwardStep& step);
 
 // A score mod in global positions seen from a pair of chunks.
 template <class S>
@@ -145,57 +145,56 @@ BlockMask chunk_mask(const MaskMod& mask_mod, const Tensor& q, const Tensor& k, 
 }  // namespace detail
 
 // This rank's shard of the sequence (options.sharding: which rows): q [B, T, Hq, D], k [B, T, Hk,
-// D], v [B, T, Hk, Dv], the same T and dtype (f32 or f64) on every rank (T even for zigzag);
-// mask_mod and score_mod (qkv/flex.hpp) in global positions. Returns this shard's out [B, T, Hq,
-// Dv] and lse [B, Hq, T], those rows of flex_attention over the whole sequence. Every rank of comm
-// calls it. With options.flex.dropout_p, each entry is dropped exactly where flex_attention over
-// the whole sequence, with the same seed and offset, drops it.
+// D], v [B, T, Hk, Dv], the same T and dtype on every rank (T even for zigzag); mask_mod and
+// score_mod (qkv/flex.hpp) in global positions. Returns this shard's out [B, T, Hq, Dv] and lse
+// [B, Hq, T], those rows of flex_attention over the whole sequence. Every rank of comm calls it.
+// With options.flex.dropout_p, each entry is dropped exactly where flex_attention over the whole
+// sequence, with the same seed and offset, drops it.
+//
+// bf16 and f16 shards travel the ring as they are, half the bytes of f32; each step widens the
+// block in hand to f32 and computes in f32, and the merge, dq and the gradients that travel with
+// a block stay f32 until the end. out, dq, dk and dv come back in the shards' dtype, lse in f32:
+// flex_attention in f32 over the whole sequence's 16-bit values, rounded once at the end.
 template <class MaskMod, class ScoreMod>
 AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, MaskMod mask_mod,
                                ScoreMod score_mod, const Communicator& comm,
                                const RingOptions& options = {}) {
-  return detail::ring_forward(q, k, v, options, comm,
-                              [&](std::int64_t row, std::int64_t rows, std::int64_t q0,
-                                  const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-                                const Tensor qc = q.slice(1, row, row + rows);
-                                const detail::ShiftedScore<ScoreMod> score{score_mod, q0, k0};
-                                return flex_attention(qc, kc, vc, score,
-                                                      detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                                                      detail::chunk_options(options.flex, q0, k0));
-                              });
+  return detail::ring_forward(
+      q, k, v, options, comm,
+      [&](const Tensor& qc, std::int64_t q0, const Tensor& kc, const Tensor& vc, std::int64_t k0) {
+        return flex_attention(qc, kc, vc, detail::ShiftedScore<ScoreMod>{score_mod, q0, k0},
+                              detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                              detail::chunk_options(options.flex, q0, k0));
+      });
 }
 // Without a score mod.
 template <class MaskMod>
 AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, MaskMod mask_mod,
                                const Communicator& comm, const RingOptions& options = {}) {
-  return detail::ring_forward(q, k, v, options, comm,
-                              [&](std::int64_t row, std::int64_t rows, std::int64_t q0,
-                                  const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-                                const Tensor qc = q.slice(1, row, row + rows);
-                                return flex_attention(qc, kc, vc,
-                                                      detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                                                      detail::chunk_options(options.flex, q0, k0));
-                              });
+  return detail::ring_forward(
+      q, k, v, options, comm,
+      [&](const Tensor& qc, std::int64_t q0, const Tensor& kc, const Tensor& vc, std::int64_t k0) {
+        return flex_attention(qc, kc, vc, detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                              detail::chunk_options(options.flex, q0, k0));
+      });
 }
 
 // dout [B, T, Hq, Dv] and this rank's q, k, v, out, lse as ring_attention took and returned them,
-// with the same mods and options -> this shard's dq, dk, dv.
+// with the same mods and options -> this shard's dq, dk, dv (in the shards' dtype).
 template <class MaskMod, class ScoreMod>
 AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        MaskMod mask_mod, ScoreMod score_mod,
                                        const Communicator& comm, const RingOptions& options = {}) {
-  return detail::ring_backward(q, k, v, options, comm,
-                               [&](std::int64_t row, std::int64_t rows, std::int64_t q0,
-                                   const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-                                 const Tensor qc = q.slice(1, row, row + rows);
-                                 const detail::ShiftedScore<ScoreMod> score{score_mod, q0, k0};
-                                 return flex_attention_backward(
-                                     dout.slice(1, row, row + rows), qc, kc, vc,
-                                     out.slice(1, row, row + rows), lse.slice(2, row, row + rows),
-                                     score, detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                                     detail::chunk_options(options.flex, q0, k0));
-                               });
+  return detail::ring_backward(
+      dout, q, k, v, out, lse, options, comm,
+      [&](const Tensor& dc, const Tensor& qc, const Tensor& oc, const Tensor& lc, std::int64_t q0,
+          const Tensor& kc, const Tensor& vc, std::int64_t k0) {
+        return flex_attention_backward(dc, qc, kc, vc, oc, lc,
+                                       detail::ShiftedScore<ScoreMod>{score_mod, q0, k0},
+                                       detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                                       detail::chunk_options(options.flex, q0, k0));
+      });
 }
 // Without a score mod.
 template <class MaskMod>
@@ -203,16 +202,14 @@ AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, cons
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        MaskMod mask_mod, const Communicator& comm,
                                        const RingOptions& options = {}) {
-  return detail::ring_backward(q, k, v, options, comm,
-                               [&](std::int64_t row, std::int64_t rows, std::int64_t q0,
-                                   const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-                                 const Tensor qc = q.slice(1, row, row + rows);
-                                 return flex_attention_backward(
-                                     dout.slice(1, row, row + rows), qc, kc, vc,
-                                     out.slice(1, row, row + rows), lse.slice(2, row, row + rows),
-                                     detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                                     detail::chunk_options(options.flex, q0, k0));
-                               });
+  return detail::ring_backward(
+      dout, q, k, v, out, lse, options, comm,
+      [&](const Tensor& dc, const Tensor& qc, const Tensor& oc, const Tensor& lc, std::int64_t q0,
+          const Tensor& kc, const Tensor& vc, std::int64_t k0) {
+        return flex_attention_backward(dc, qc, kc, vc, oc, lc,
+                                       detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                                       detail::chunk_options(options.flex, q0, k0));
+      });
 }
 
 }  // namespace qkv::dist

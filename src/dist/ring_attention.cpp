@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,8 +57,11 @@ void check_shards(const Tensor& q, const Tensor& k, const Tensor& v, const RingO
            "q, k, v: expected 4 dimensions [B, T, H, D]");
   }
   if (problem.empty()) {
-    expect(q.dtype() == DType::f32 || q.dtype() == DType::f64,
-           "q: expected dtype f32 or f64, got " + std::string(dtype_name(q.dtype())));
+    expect(is_floating(q.dtype()),
+           "q: expected dtype f64, f32, bf16 or f16, got " + std::string(dtype_name(q.dtype())));
+    expect(k.dtype() == q.dtype() && v.dtype() == q.dtype(),
+           "k, v: expected the dtype of q, " + std::string(dtype_name(q.dtype())) + ", got " +
+               std::string(dtype_name(k.dtype())) + " and " + std::string(dtype_name(v.dtype())));
     expect(k.size(1) == q.size(1) && v.size(1) == q.size(1),
            "k: expected the shard length of q, " + std::to_string(q.size(1)) + ", got " +
                std::to_string(k.size(1)));
@@ -203,26 +207,44 @@ void merge_rows(const AttentionOutput& acc, std::int64_t row, const AttentionOut
   }
 }
 
-// What both passes keep: the K/V block in hand and the one arriving, where this rank sits in
-// the ring, and the clock.
+// The dtype a ring computes in: f64 for f64 shards, else f32 (16-bit blocks are widened).
+DType compute_dtype(DType shards) { return shards == DType::f64 ? DType::f64 : DType::f32; }
+
+// x as an owned tensor of dtype: a copy, also where the dtype is x's (x may be a view of a
+// buffer about to go).
+Tensor owned(const Tensor& x, DType dtype) { return x.dtype() == dtype ? x.clone() : x.to(dtype); }
+
+// What both passes keep: the K/V block in hand and the one arriving (in the shards' dtype, as they
+// travel), the block in hand widened to the compute dtype where that differs, where this rank sits
+// in the ring, and the clock.
 struct Ring {
   const Communicator& comm;
   int n, r;
   std::int64_t Tl;
+  DType compute;
   StepClock clock;
   KvBuffer cur, next;
+  std::optional<KvBuffer> wide;
 
   Ring(const Communicator& c, const Tensor& q, const Tensor& k, const Tensor& v)
       : comm(c),
         n(c.size()),
         r(c.rank()),
         Tl(q.size(1)),
+        compute(compute_dtype(k.dtype())),
         cur(k.shape(), v.shape(), k.dtype(), false),
         next(k.shape(), v.shape(), k.dtype(), false) {
     cur.k.copy_from(k);
     cur.v.copy_from(v);
+    if (compute != k.dtype()) wide.emplace(k.shape(), v.shape(), compute, false);
   }
   int source(int step) const { return (r - step + n) % n; }  // the rank whose keys are in hand
+  // The block in hand in the compute dtype.
+  const KvBuffer& in_hand() {
+    if (!wide) return cur;
+    wide->storage.copy_from(cur.storage);
+    return *wide;
+  }
   // Sends `from` on to the next rank while `into` receives the previous rank's.
   Exchange send_on(const KvBuffer& from, KvBuffer& into, int tag) {
     clock.sent(from.bytes());
@@ -240,42 +262,48 @@ struct Ring {
 
 }  // namespace
 
-AttentionOutput ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+AttentionOutput ring_forward(const Tensor& q_in, const Tensor& k, const Tensor& v,
                              const RingOptions& options, const Communicator& comm,
                              const RingForwardStep& step) {
-  check_shards(q, k, v, options, comm);
-  Ring ring(comm, q, k, v);
+  check_shards(q_in, k, v, options, comm);
+  Ring ring(comm, q_in, k, v);
+  const Tensor q = q_in.to(ring.compute);
   AttentionOutput acc;
-  acc.out = Tensor::zeros({q.size(0), ring.Tl, q.size(2), v.size(3)}, q.dtype());
+  acc.out = Tensor::zeros({q.size(0), ring.Tl, q.size(2), v.size(3)}, ring.compute);
   acc.lse = Tensor::full({q.size(0), q.size(2), ring.Tl}, -std::numeric_limits<double>::infinity(),
-                         q.dtype());
+                         ring.compute);
   const std::vector<Chunk> rows = chunks_of(ring.r, ring.n, ring.Tl, options.sharding);
   for (int s = 0; s < ring.n; ++s) {
     Exchange pass = ring.pass(s);
+    const KvBuffer& block = ring.in_hand();
     for (const Chunk& kc : chunks_of(ring.source(s), ring.n, ring.Tl, options.sharding)) {
-      const Tensor kb = ring.cur.k.slice(1, kc.local, kc.local + kc.length);
-      const Tensor vb = ring.cur.v.slice(1, kc.local, kc.local + kc.length);
+      const Tensor kb = block.k.slice(1, kc.local, kc.local + kc.length);
+      const Tensor vb = block.v.slice(1, kc.local, kc.local + kc.length);
       for (const Chunk& qc : rows) {
-        const AttentionOutput part = ring.clock.compute(
-            [&] { return step(qc.local, qc.length, qc.global, kb, vb, kc.global); });
+        const AttentionOutput part = ring.clock.compute([&] {
+          return step(q.slice(1, qc.local, qc.local + qc.length), qc.global, kb, vb, kc.global);
+        });
         merge_rows(acc, qc.local, part);
       }
     }
     ring.advance(pass);
   }
   ring.clock.report(options.stats);
+  if (q_in.dtype() != ring.compute) acc.out = acc.out.to(q_in.dtype());
   return acc;
 }
 
-AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+AttentionGrads ring_backward(const Tensor& dout_in, const Tensor& q_in, const Tensor& k,
+                             const Tensor& v, const Tensor& out_in, const Tensor& lse,
                              const RingOptions& options, const Communicator& comm,
                              const RingBackwardStep& step) {
-  check_shards(q, k, v, options, comm);
-  Ring ring(comm, q, k, v);
-  KvBuffer grads(k.shape(), v.shape(), k.dtype(), true),
-      arriving(k.shape(), v.shape(), k.dtype(), false);
-  AttentionGrads result;
-  result.dq = Tensor::zeros(q.shape(), q.dtype());
+  check_shards(q_in, k, v, options, comm);
+  Ring ring(comm, q_in, k, v);
+  const Tensor q = q_in.to(ring.compute), dout = dout_in.to(ring.compute);
+  const Tensor out = out_in.to(ring.compute);
+  KvBuffer grads(k.shape(), v.shape(), ring.compute, true),
+      arriving(k.shape(), v.shape(), ring.compute, false);
+  Tensor dq = Tensor::zeros(q.shape(), ring.compute);
   const std::vector<Chunk> rows = chunks_of(ring.r, ring.n, ring.Tl, options.sharding);
   // The gradients of the block in hand travel on to the next rank at the end of each step, and
   // reach their owner after the last; the next step's kernels run while they are on the wire,
@@ -287,13 +315,18 @@ AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   };
   for (int s = 0; s < ring.n; ++s) {
     Exchange pass = ring.pass(s);
+    const KvBuffer& block = ring.in_hand();
     std::vector<Part> parts;
     for (const Chunk& kc : chunks_of(ring.source(s), ring.n, ring.Tl, options.sharding)) {
-      const Tensor kb = ring.cur.k.slice(1, kc.local, kc.local + kc.length);
-      const Tensor vb = ring.cur.v.slice(1, kc.local, kc.local + kc.length);
+      const Tensor kb = block.k.slice(1, kc.local, kc.local + kc.length);
+      const Tensor vb = block.v.slice(1, kc.local, kc.local + kc.length);
       for (const Chunk& qc : rows) {
+        const auto rows_of = [&](const Tensor& x, std::int64_t dim) {
+          return x.slice(dim, qc.local, qc.local + qc.length);
+        };
         parts.push_back({qc, kc, ring.clock.compute([&] {
-                           return step(qc.local, qc.length, qc.global, kb, vb, kc.global);
+                           return step(rows_of(dout, 1), rows_of(q, 1), rows_of(out, 1),
+                                       rows_of(lse, 2), qc.global, kb, vb, kc.global);
                          })});
       }
     }
@@ -302,7 +335,7 @@ AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
       std::swap(grads, arriving);
     }
     for (const Part& part : parts) {
-      add_rows(result.dq, part.q.local, part.grads.dq);
+      add_rows(dq, part.q.local, part.grads.dq);
       add_rows(grads.k, part.k.local, part.grads.dk);
       add_rows(grads.v, part.k.local, part.grads.dv);
     }
@@ -313,8 +346,10 @@ AttentionGrads ring_backward(const Tensor& q, const Tensor& k, const Tensor& v,
     ring.clock.wait(home);  // this rank's own block, home from the last rank it visited
     std::swap(grads, arriving);
   }
-  result.dk = grads.k.clone();
-  result.dv = grads.v.clone();
+  AttentionGrads result;
+  result.dq = q_in.dtype() == ring.compute ? dq : dq.to(q_in.dtype());
+  result.dk = owned(grads.k, k.dtype());
+  result.dv = owned(grads.v, v.dtype());
   ring.clock.report(options.stats);
   return result;
 }

@@ -211,9 +211,76 @@ TEST(RingAttention, DropoutAsTheWholeSequenceDropsIt) {
   }
 }
 
+// bf16 and f16 shards: K and V travel in their 16 bits (half the bytes of f32), each step computes
+// in f32 on them, and out, dq, dk, dv come back in the shards' dtype. Against flex_attention in
+// f32 over the whole sequence's 16-bit values: within the final rounding to 16 bits (bf16 2^-9,
+// f16 2^-12, relative to the largest value, with the backward's D = rowsum(dout out) read off the
+// rounded out). Against the f64 truth, FlashAttention's rule as the precision issue states it:
+// out's error at most 2x, and the gradients' at most 3x, the single-process kernel's on the same
+// 16-bit inputs.
+TEST(RingAttention, HalfShardsTravelAsTheyAre) {
+  const Communicator world = Communicator::world();
+  const std::int64_t n = world.size(), T = n * Tl;
+  const auto mask = masks::causal();
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    const Inputs in = make_inputs(T, dtype);
+    const BlockMask blocks = create_block_mask(mask, B, Hq, T, T);
+    const auto whole = [&](DType as) {
+      const Tensor q = in.q.to(as), k = in.k.to(as), v = in.v.to(as), dout = in.dout.to(as);
+      AttentionOutput o = flex_attention(q, k, v, blocks);
+      AttentionGrads g = flex_attention_backward(dout, q, k, v, o.out, o.lse, blocks);
+      return std::pair{o, g};
+    };
+    const auto [want, want_grads] = whole(DType::f32);
+    const auto [truth, truth_grads] = whole(DType::f64);
+    const auto [single, single_grads] = whole(dtype);
+    for (const dist::Sharding sharding : {dist::Sharding::contiguous, dist::Sharding::zigzag}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", rank " + std::to_string(world.rank()) +
+                   " of " + std::to_string(n) +
+                   (sharding == dist::Sharding::zigzag ? ", zigzag" : ", contiguous"));
+      const auto rows = [&](const Tensor& x, std::int64_t dim = 1) {
+        return shard(x, world, sharding, dim);
+      };
+      dist::RingStats stats;
+      dist::RingOptions options;
+      options.sharding = sharding;
+      options.stats = &stats;
+      const Tensor q = rows(in.q), k = rows(in.k), v = rows(in.v), dout = rows(in.dout);
+      const AttentionOutput got = dist::ring_attention(q, k, v, mask, world, options);
+      options.stats = nullptr;
+      const AttentionGrads grads =
+          dist::ring_attention_backward(dout, q, k, v, got.out, got.lse, mask, world, options);
+      for (const Tensor* t : {&got.out, &grads.dq, &grads.dk, &grads.dv}) {
+        EXPECT_EQ(t->dtype(), dtype);
+      }
+      EXPECT_EQ(got.lse.dtype(), DType::f32);
+      EXPECT_EQ(stats.bytes_sent, (n - 1) * (k.numel() + v.numel()) * 2) << "16 bits on the wire";
+
+      const double rounding = dtype == DType::bf16 ? 1e-2 : 2e-3;
+      EXPECT_LE(relative_error(got.out, rows(want.out)), rounding) << "out";
+      EXPECT_LE(relative_error(got.lse, rows(want.lse, 2)), 1e-5) << "lse";
+      EXPECT_LE(relative_error(grads.dq, rows(want_grads.dq)), rounding) << "dq";
+      EXPECT_LE(relative_error(grads.dk, rows(want_grads.dk)), rounding) << "dk";
+      EXPECT_LE(relative_error(grads.dv, rows(want_grads.dv)), rounding) << "dv";
+
+      const auto within = [&](const Tensor& ring, const Tensor& one, const Tensor& exact,
+                              double factor, const char* name) {
+        const double ring_error = relative_error(ring, rows(exact));
+        const double one_error = relative_error(rows(one), rows(exact));
+        EXPECT_LE(ring_error, factor * one_error + 1e-6)
+            << name << ": the ring's error " << ring_error << ", one process's " << one_error;
+      };
+      within(got.out, single.out, truth.out, 2.0, "out");
+      within(grads.dq, single_grads.dq, truth_grads.dq, 3.0, "dq");
+      within(grads.dk, single_grads.dk, truth_grads.dk, 3.0, "dk");
+      within(grads.dv, single_grads.dv, truth_grads.dv, 3.0, "dv");
+    }
+  }
+}
+
 // Bad input throws qkv::Error on every rank, so that no rank is left waiting in the ring: one
-// rank's shard of another length, a dtype the merge does not take, dropout options that differ
-// between ranks, an odd shard length with zigzag sharding.
+// rank's shard of another length, dtypes that differ or are not floating, dropout options that
+// differ between ranks, an odd shard length with zigzag sharding.
 TEST(RingAttention, BadShardsThrowOnEveryRank) {
   const Communicator world = Communicator::world();
   Generator g(1);
@@ -223,7 +290,10 @@ TEST(RingAttention, BadShardsThrowOnEveryRank) {
     EXPECT_THROW(dist::ring_attention(q, k, k, masks::causal(), world), Error);
   }
   const Tensor half = Tensor::randn({1, Tl, 2, 8}, g).to(DType::bf16);
-  EXPECT_THROW(dist::ring_attention(half, half, half, masks::causal(), world), Error);
+  const Tensor wide = half.to(DType::f32);
+  EXPECT_THROW(dist::ring_attention(half, wide, wide, masks::causal(), world), Error);
+  const Tensor flags = Tensor::zeros({1, Tl, 2, 8}, DType::boolean);
+  EXPECT_THROW(dist::ring_attention(flags, flags, flags, masks::causal(), world), Error);
   const Tensor ok = Tensor::randn({1, Tl, 2, 8}, g);
   if (world.size() > 1) {
     dist::RingOptions dropout;
