@@ -99,10 +99,10 @@ class DataParallel final : public GradientSync {
 
 namespace detail {
 
-// One pair of chunks of a ring step, in the compute dtype (f64 for f64 shards, else f32): the
-// partial result of query rows q [B, rows, Hq, D], whose first is global row q0, against keys
-// k [B, Tc, Hk, D], v [B, Tc, Hk, Dv], whose first is global key k0; the backward's with those
-// rows' dout, out and lse besides.
+// One pair of chunks of a ring step, on tensors in the shards' dtype: the partial result, in the
+// compute dtype (chunk_output, chunk_grads), of query rows q [B, rows, Hq, D], whose first is
+// global row q0, against keys k [B, Tc, Hk, D], v [B, Tc, Hk, Dv], whose first is global key k0;
+// the backward's with those rows' dout, out and lse besides.
 using RingForwardStep = std::function<AttentionOutput(
     const Tensor& q, std::int64_t q0, const Tensor& k, const Tensor& v, std::int64_t k0)>;
 using RingBackwardStep = std::function<AttentionGrads(
@@ -135,6 +135,23 @@ inline FlexOptions chunk_options(FlexOptions options, std::int64_t q0, std::int6
   return options;
 }
 
+// A pair's results in the ring's compute dtype: f64 for f64 shards, else f32 (16-bit shards' are
+// not rounded before the merge). q [B, rows, Hq, D], k [B, Tc, Hk, D], v [B, Tc, Hk, Dv].
+inline DType compute_dtype(const Tensor& q) {
+  return q.dtype() == DType::f64 ? DType::f64 : DType::f32;
+}
+inline AttentionOutput chunk_output(const Tensor& q, const Tensor& v) {
+  return {Tensor::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, compute_dtype(q)),
+          Tensor::empty({q.size(0), q.size(2), q.size(1)}, compute_dtype(q))};
+}
+inline AttentionGrads chunk_grads(const Tensor& q, const Tensor& k, const Tensor& v) {
+  AttentionGrads g;
+  g.dq = Tensor::empty(q.shape(), compute_dtype(q));
+  g.dk = Tensor::empty(k.shape(), compute_dtype(q));
+  g.dv = Tensor::empty(v.shape(), compute_dtype(q));
+  return g;
+}
+
 template <class MaskMod>
 BlockMask chunk_mask(const MaskMod& mask_mod, const Tensor& q, const Tensor& k, std::int64_t q0,
                      std::int64_t k0) {
@@ -151,10 +168,10 @@ BlockMask chunk_mask(const MaskMod& mask_mod, const Tensor& q, const Tensor& k, 
 // With options.flex.dropout_p, each entry is dropped exactly where flex_attention over the whole
 // sequence, with the same seed and offset, drops it.
 //
-// bf16 and f16 shards travel the ring as they are, half the bytes of f32; each step widens the
-// block in hand to f32 and computes in f32, and the merge, dq and the gradients that travel with
-// a block stay f32 until the end. out, dq, dk and dv come back in the shards' dtype, lse in f32:
-// flex_attention in f32 over the whole sequence's 16-bit values, rounded once at the end.
+// bf16 and f16 shards travel the ring as they are, half the bytes of f32, and each step runs the
+// 16-bit kernel on them (bf16 products where the CPU has them), writing its partial results in
+// f32: the merge, dq and the gradients that travel with a block stay f32 until the end. out, dq,
+// dk and dv come back in the shards' dtype, lse in f32.
 template <class MaskMod, class ScoreMod>
 AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, MaskMod mask_mod,
                                ScoreMod score_mod, const Communicator& comm,
@@ -162,9 +179,11 @@ AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v
   return detail::ring_forward(
       q, k, v, options, comm,
       [&](const Tensor& qc, std::int64_t q0, const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-        return flex_attention(qc, kc, vc, detail::ShiftedScore<ScoreMod>{score_mod, q0, k0},
-                              detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                              detail::chunk_options(options.flex, q0, k0));
+        AttentionOutput part = detail::chunk_output(qc, vc);
+        flex_attention(qc, kc, vc, detail::ShiftedScore<ScoreMod>{score_mod, q0, k0},
+                       detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                       detail::chunk_options(options.flex, q0, k0), part.out, part.lse);
+        return part;
       });
 }
 // Without a score mod.
@@ -174,8 +193,10 @@ AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v
   return detail::ring_forward(
       q, k, v, options, comm,
       [&](const Tensor& qc, std::int64_t q0, const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-        return flex_attention(qc, kc, vc, detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                              detail::chunk_options(options.flex, q0, k0));
+        AttentionOutput part = detail::chunk_output(qc, vc);
+        flex_attention(qc, kc, vc, detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                       detail::chunk_options(options.flex, q0, k0), part.out, part.lse);
+        return part;
       });
 }
 
@@ -190,10 +211,12 @@ AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, cons
       dout, q, k, v, out, lse, options, comm,
       [&](const Tensor& dc, const Tensor& qc, const Tensor& oc, const Tensor& lc, std::int64_t q0,
           const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-        return flex_attention_backward(dc, qc, kc, vc, oc, lc,
-                                       detail::ShiftedScore<ScoreMod>{score_mod, q0, k0},
-                                       detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                                       detail::chunk_options(options.flex, q0, k0));
+        AttentionGrads grads = detail::chunk_grads(qc, kc, vc);
+        flex_attention_backward(dc, qc, kc, vc, oc, lc,
+                                detail::ShiftedScore<ScoreMod>{score_mod, q0, k0},
+                                detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                                detail::chunk_options(options.flex, q0, k0), {}, grads);
+        return grads;
       });
 }
 // Without a score mod.
@@ -206,9 +229,11 @@ AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, cons
       dout, q, k, v, out, lse, options, comm,
       [&](const Tensor& dc, const Tensor& qc, const Tensor& oc, const Tensor& lc, std::int64_t q0,
           const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-        return flex_attention_backward(dc, qc, kc, vc, oc, lc,
-                                       detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                                       detail::chunk_options(options.flex, q0, k0));
+        AttentionGrads grads = detail::chunk_grads(qc, kc, vc);
+        flex_attention_backward(dc, qc, kc, vc, oc, lc,
+                                detail::chunk_mask(mask_mod, qc, kc, q0, k0),
+                                detail::chunk_options(options.flex, q0, k0), grads);
+        return grads;
       });
 }
 

@@ -166,8 +166,9 @@ inline AttentionOutput flex_attention(const Tensor& q, const Tensor& k, const Te
 }
 
 // The same, writing into out [B, Tq, Hq, Dv] and lse [B, Hq, Tq] (f64 for f64 inputs, else f32),
-// which the caller allocated, at any strides (a [B, H, T, D] view costs no copy). On any error
-// nothing is written.
+// which the caller allocated, at any strides (a [B, H, T, D] view costs no copy). out has q's
+// dtype, or f32 for bf16 and f16 inputs: the kernels' f32 result, not rounded to 16 bits (for
+// partial results the caller merges, as ring attention's). On any error nothing is written.
 template <class ScoreMod>
 void flex_attention(const Tensor& q, const Tensor& k, const Tensor& v, ScoreMod score_mod,
                     const BlockMask& block_mask, const FlexOptions& options, Tensor& out,
@@ -216,8 +217,8 @@ inline AttentionGrads flex_attention_backward(const Tensor& dout, const Tensor& 
 }
 
 // The same, writing into grads.dq, grads.dk and grads.dv, which the caller allocated (shaped and
-// typed like q, k, v, any strides, in memory of their own); grads.captured is replaced. On any
-// error nothing is written.
+// typed like q, k, v, or f32 for bf16 and f16 inputs, not rounded to 16 bits; any strides, in
+// memory of their own); grads.captured is replaced. On any error nothing is written.
 template <class ScoreMod>
 void flex_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, ScoreMod score_mod,

@@ -44,6 +44,13 @@ kernels::Dims validate(const Tensor& q, const Tensor& k, const Tensor& v,
   return dims;
 }
 
+// The dtype an output of the into forms must have: q's, or f32 where q is bf16 or f16 and the
+// caller gave f32 (the kernels' f32 result, not rounded to 16 bits).
+DType output_dtype(DType inputs, const Tensor& given) {
+  const bool half = inputs == DType::bf16 || inputs == DType::f16;
+  return half && given.defined() && given.dtype() == DType::f32 ? DType::f32 : inputs;
+}
+
 // The block mask for these shapes: the caller's, checked, or one that keeps every key.
 BlockMask blocks_for(const BlockMask& given, const kernels::Dims& d) {
   if (!given.defined()) return create_block_mask(masks::Full{}, 1, 1, d.Tq, d.Tk);
@@ -164,7 +171,8 @@ void flex_forward_into(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        Tensor& lse) {
   const kernels::Dims dims = validate(q, k, v, options);
   const std::initializer_list<const Tensor*> inputs = {&q, &k, &v};
-  attention::expect_output(out, "out", attention::out_shape(dims), q.dtype(), inputs);
+  attention::expect_output(out, "out", attention::out_shape(dims), output_dtype(q.dtype(), out),
+                           inputs);
   attention::expect_output(lse, "lse", attention::lse_shape(dims), attention::lse_dtype(q.dtype()),
                            inputs);
   attention::expect_apart("lse", "memory of its own (not shared with out)", {&out, &lse});
@@ -202,9 +210,12 @@ void flex_backward_into(const Tensor& dout, const Tensor& q, const Tensor& k, co
   attention::expect_tensor(out, "out", attention::out_shape(dims), q.dtype());
   attention::expect_tensor(lse, "lse", attention::lse_shape(dims), attention::lse_dtype(q.dtype()));
   const std::initializer_list<const Tensor*> inputs = {&dout, &q, &k, &v, &out, &lse};
-  attention::expect_output(grads.dq, "grads.dq", q.shape(), q.dtype(), inputs);
-  attention::expect_output(grads.dk, "grads.dk", k.shape(), k.dtype(), inputs);
-  attention::expect_output(grads.dv, "grads.dv", v.shape(), v.dtype(), inputs);
+  attention::expect_output(grads.dq, "grads.dq", q.shape(), output_dtype(q.dtype(), grads.dq),
+                           inputs);
+  attention::expect_output(grads.dk, "grads.dk", k.shape(), output_dtype(k.dtype(), grads.dk),
+                           inputs);
+  attention::expect_output(grads.dv, "grads.dv", v.shape(), output_dtype(v.dtype(), grads.dv),
+                           inputs);
   attention::expect_apart("grads", "dq, dk and dv in separate memory",
                           {&grads.dq, &grads.dk, &grads.dv});
   const BlockMask blocks = blocks_for(block_mask, dims);

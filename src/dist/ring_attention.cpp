@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -207,16 +206,13 @@ void merge_rows(const AttentionOutput& acc, std::int64_t row, const AttentionOut
   }
 }
 
-// The dtype a ring computes in: f64 for f64 shards, else f32 (16-bit blocks are widened).
-DType compute_dtype(DType shards) { return shards == DType::f64 ? DType::f64 : DType::f32; }
-
 // x as an owned tensor of dtype: a copy, also where the dtype is x's (x may be a view of a
 // buffer about to go).
 Tensor owned(const Tensor& x, DType dtype) { return x.dtype() == dtype ? x.clone() : x.to(dtype); }
 
 // What both passes keep: the K/V block in hand and the one arriving (in the shards' dtype, as they
-// travel), the block in hand widened to the compute dtype where that differs, where this rank sits
-// in the ring, and the clock.
+// travel), the dtype of the partial results (compute_dtype), where this rank sits in the ring, and
+// the clock.
 struct Ring {
   const Communicator& comm;
   int n, r;
@@ -224,27 +220,19 @@ struct Ring {
   DType compute;
   StepClock clock;
   KvBuffer cur, next;
-  std::optional<KvBuffer> wide;
 
   Ring(const Communicator& c, const Tensor& q, const Tensor& k, const Tensor& v)
       : comm(c),
         n(c.size()),
         r(c.rank()),
         Tl(q.size(1)),
-        compute(compute_dtype(k.dtype())),
+        compute(compute_dtype(q)),
         cur(k.shape(), v.shape(), k.dtype(), false),
         next(k.shape(), v.shape(), k.dtype(), false) {
     cur.k.copy_from(k);
     cur.v.copy_from(v);
-    if (compute != k.dtype()) wide.emplace(k.shape(), v.shape(), compute, false);
   }
   int source(int step) const { return (r - step + n) % n; }  // the rank whose keys are in hand
-  // The block in hand in the compute dtype.
-  const KvBuffer& in_hand() {
-    if (!wide) return cur;
-    wide->storage.copy_from(cur.storage);
-    return *wide;
-  }
   // Sends `from` on to the next rank while `into` receives the previous rank's.
   Exchange send_on(const KvBuffer& from, KvBuffer& into, int tag) {
     clock.sent(from.bytes());
@@ -262,12 +250,11 @@ struct Ring {
 
 }  // namespace
 
-AttentionOutput ring_forward(const Tensor& q_in, const Tensor& k, const Tensor& v,
+AttentionOutput ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                              const RingOptions& options, const Communicator& comm,
                              const RingForwardStep& step) {
-  check_shards(q_in, k, v, options, comm);
-  Ring ring(comm, q_in, k, v);
-  const Tensor q = q_in.to(ring.compute);
+  check_shards(q, k, v, options, comm);
+  Ring ring(comm, q, k, v);
   AttentionOutput acc;
   acc.out = Tensor::zeros({q.size(0), ring.Tl, q.size(2), v.size(3)}, ring.compute);
   acc.lse = Tensor::full({q.size(0), q.size(2), ring.Tl}, -std::numeric_limits<double>::infinity(),
@@ -275,10 +262,9 @@ AttentionOutput ring_forward(const Tensor& q_in, const Tensor& k, const Tensor& 
   const std::vector<Chunk> rows = chunks_of(ring.r, ring.n, ring.Tl, options.sharding);
   for (int s = 0; s < ring.n; ++s) {
     Exchange pass = ring.pass(s);
-    const KvBuffer& block = ring.in_hand();
     for (const Chunk& kc : chunks_of(ring.source(s), ring.n, ring.Tl, options.sharding)) {
-      const Tensor kb = block.k.slice(1, kc.local, kc.local + kc.length);
-      const Tensor vb = block.v.slice(1, kc.local, kc.local + kc.length);
+      const Tensor kb = ring.cur.k.slice(1, kc.local, kc.local + kc.length);
+      const Tensor vb = ring.cur.v.slice(1, kc.local, kc.local + kc.length);
       for (const Chunk& qc : rows) {
         const AttentionOutput part = ring.clock.compute([&] {
           return step(q.slice(1, qc.local, qc.local + qc.length), qc.global, kb, vb, kc.global);
@@ -289,18 +275,15 @@ AttentionOutput ring_forward(const Tensor& q_in, const Tensor& k, const Tensor& 
     ring.advance(pass);
   }
   ring.clock.report(options.stats);
-  if (q_in.dtype() != ring.compute) acc.out = acc.out.to(q_in.dtype());
+  if (q.dtype() != ring.compute) acc.out = acc.out.to(q.dtype());
   return acc;
 }
 
-AttentionGrads ring_backward(const Tensor& dout_in, const Tensor& q_in, const Tensor& k,
-                             const Tensor& v, const Tensor& out_in, const Tensor& lse,
-                             const RingOptions& options, const Communicator& comm,
-                             const RingBackwardStep& step) {
-  check_shards(q_in, k, v, options, comm);
-  Ring ring(comm, q_in, k, v);
-  const Tensor q = q_in.to(ring.compute), dout = dout_in.to(ring.compute);
-  const Tensor out = out_in.to(ring.compute);
+AttentionGrads ring_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, const RingOptions& options,
+                             const Communicator& comm, const RingBackwardStep& step) {
+  check_shards(q, k, v, options, comm);
+  Ring ring(comm, q, k, v);
   KvBuffer grads(k.shape(), v.shape(), ring.compute, true),
       arriving(k.shape(), v.shape(), ring.compute, false);
   Tensor dq = Tensor::zeros(q.shape(), ring.compute);
@@ -315,11 +298,10 @@ AttentionGrads ring_backward(const Tensor& dout_in, const Tensor& q_in, const Te
   };
   for (int s = 0; s < ring.n; ++s) {
     Exchange pass = ring.pass(s);
-    const KvBuffer& block = ring.in_hand();
     std::vector<Part> parts;
     for (const Chunk& kc : chunks_of(ring.source(s), ring.n, ring.Tl, options.sharding)) {
-      const Tensor kb = block.k.slice(1, kc.local, kc.local + kc.length);
-      const Tensor vb = block.v.slice(1, kc.local, kc.local + kc.length);
+      const Tensor kb = ring.cur.k.slice(1, kc.local, kc.local + kc.length);
+      const Tensor vb = ring.cur.v.slice(1, kc.local, kc.local + kc.length);
       for (const Chunk& qc : rows) {
         const auto rows_of = [&](const Tensor& x, std::int64_t dim) {
           return x.slice(dim, qc.local, qc.local + qc.length);
@@ -347,7 +329,7 @@ AttentionGrads ring_backward(const Tensor& dout_in, const Tensor& q_in, const Te
     std::swap(grads, arriving);
   }
   AttentionGrads result;
-  result.dq = q_in.dtype() == ring.compute ? dq : dq.to(q_in.dtype());
+  result.dq = q.dtype() == ring.compute ? dq : dq.to(q.dtype());
   result.dk = owned(grads.k, k.dtype());
   result.dv = owned(grads.v, v.dtype());
   ring.clock.report(options.stats);

@@ -576,5 +576,40 @@ TEST(FlexAttention, IntoTheCallersTensorsRefusesBadOutputsAndWritesNothing) {
   EXPECT_TRUE(bitwise_equal({in.v.to_vector()}, {v_before.to_vector()}));
 }
 
+// bf16 and f16 inputs may write f32 outputs through the into forms: the kernels' f32 result, which
+// the 16-bit outputs are the rounding of (bit for bit, on every path the CPU has: bf16 products
+// from 1024 keys where it has them). Other dtypes stay refused.
+TEST(FlexAttention, HalfInputsWriteF32OutputsTheyRoundTo) {
+  const BlockMask blocks = create_block_mask(masks::sliding_window(700, 100), 1, 1, 60, 1100);
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const Inputs in = inputs(1, 60, 1100, 4, 2, 32, dtype, 3);
+    const AttentionOutput rounded = flex_attention(in.q, in.k, in.v, blocks);
+    AttentionOutput wide{Tensor::empty(rounded.out.shape(), DType::f32),
+                         Tensor::empty(rounded.lse.shape(), DType::f32)};
+    flex_attention(in.q, in.k, in.v, blocks, {}, wide.out, wide.lse);
+    EXPECT_TRUE(bitwise_equal({wide.out.to(dtype).to_vector(), wide.lse.to_vector()},
+                              {rounded.out.to_vector(), rounded.lse.to_vector()}));
+
+    const AttentionGrads g16 =
+        flex_attention_backward(in.dout, in.q, in.k, in.v, rounded.out, rounded.lse, blocks);
+    AttentionGrads g32;
+    g32.dq = Tensor::empty(in.q.shape(), DType::f32);
+    g32.dk = Tensor::empty(in.k.shape(), DType::f32);
+    g32.dv = Tensor::empty(in.v.shape(), DType::f32);
+    flex_attention_backward(in.dout, in.q, in.k, in.v, rounded.out, rounded.lse, blocks, {}, g32);
+    EXPECT_TRUE(bitwise_equal(
+        {g32.dq.to(dtype).to_vector(), g32.dk.to(dtype).to_vector(), g32.dv.to(dtype).to_vector()},
+        {g16.dq.to_vector(), g16.dk.to_vector(), g16.dv.to_vector()}));
+
+    Tensor out64 = Tensor::empty(rounded.out.shape(), DType::f64);
+    Tensor lse = wide.lse;
+    expect_error([&] { flex_attention(in.q, in.k, in.v, blocks, {}, out64, lse); }, "out");
+  }
+  const Inputs f32 = inputs(1, 60, 1100, 4, 2, 32, DType::f32, 3);
+  Tensor out64 = Tensor::empty({1, 60, 4, 32}, DType::f64), lse = Tensor::empty({1, 4, 60});
+  expect_error([&] { flex_attention(f32.q, f32.k, f32.v, blocks, {}, out64, lse); }, "out");
+}
+
 }  // namespace
 }  // namespace qkv::testing
