@@ -38,6 +38,15 @@ namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
 constexpr std::int64_t kBq = TileTraits::kBlockQ;
 
+// The items the backward aims for, where the key length allows (chunks of at least 4 k-blocks,
+// at most 8 a head): enough for two to a few threads to balance. Capping the chunks a head at
+// 32 / (B Hk), not at 8, at B 1, H 8 (4 chunks a head, not 8): peak RSS of `qkv bench --pass bwd
+// --T 8192 --D 64 --threads 2` 346 -> 282 MiB, causal 290 -> 258; times of T 2048 and 8192, D 64
+// and 128, causal and not, over 3 alternated rounds, 0.94-1.04 of 8 chunks', median 0.996. 16
+// items (2 chunks a head): 250 / 242 MiB, but 1.00-1.06 of the time at T 8192, D 128. AMD EPYC
+// (avx2 avx512_bf16 avx512f), 2 cores, 2026-11-29.
+constexpr std::int64_t kBackwardItems = 32;
+
 // Per-thread scratch of the backward: the raw scores (for captured gradients), score/probability
 // tile, P * Z (dropout), dP, dropout factors, the score mod's derivative, the dK/dV accumulators
 // of one k-block, and which of an item's dQ slots a tile has written.
@@ -668,11 +677,15 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   const bool shared_h = p.dbias != nullptr && p.dbias_index.stride[1] == 0;
   const bool shared_j = p.dbias != nullptr && p.dbias_index.stride[3] == 0;
   const std::int64_t k_blocks = (d.Tk + kBk - 1) / kBk;
-  // Chunks of at least 4 k-blocks, at most 8 chunks: enough items to balance two to a few
-  // threads, and dQ partials of at most 8x the size of dQ.
-  const std::int64_t chunks = shared_j ? 1 : std::clamp<std::int64_t>(k_blocks / 4, 1, 8);
   const std::int64_t nb = shared_b ? 1 : d.B;
   const std::int64_t nh = shared_h ? 1 : d.Hk;
+  // Chunks of at least 4 k-blocks, at most 8, and no more than give kBackwardItems items over
+  // the batches and heads (a shape's rule, never the thread count's: docs/numerics.md). Each
+  // chunk keeps a dQ partial over the q-blocks it reaches, up to 8x dQ: at T 8192, B 1, H 8, D 64,
+  // f32, they were 128 of the backward's 346 MiB.
+  const std::int64_t wanted = (kBackwardItems + nb * nh - 1) / (nb * nh);
+  const std::int64_t chunks =
+      shared_j ? 1 : std::clamp<std::int64_t>(std::min(k_blocks / 4, wanted), 1, 8);
   // dQ partials, one per chunk, over the q-blocks its tiles reach (in any batch or head the mask
   // tells apart).
   const BlockView blocks(p.blocks);
