@@ -292,13 +292,12 @@ AttentionGrads ring_backward(const Tensor& dout, const Tensor& q, const Tensor& 
   // reach their owner after the last; the next step's kernels run while they are on the wire,
   // and only then is the next block's arrival awaited.
   Exchange home;
-  struct Part {
-    Chunk q, k;
-    AttentionGrads grads;
-  };
+  // This step's dk, dv of the block in hand, added into its travelling gradients once they are
+  // here (a step's pairs write theirs one at a time, so no more than one pair's are kept beside).
+  KvBuffer local(k.shape(), v.shape(), ring.compute, false);
   for (int s = 0; s < ring.n; ++s) {
     Exchange pass = ring.pass(s);
-    std::vector<Part> parts;
+    local.storage.fill(0.0);
     for (const Chunk& kc : chunks_of(ring.source(s), ring.n, ring.Tl, options.sharding)) {
       const Tensor kb = ring.cur.k.slice(1, kc.local, kc.local + kc.length);
       const Tensor vb = ring.cur.v.slice(1, kc.local, kc.local + kc.length);
@@ -306,21 +305,21 @@ AttentionGrads ring_backward(const Tensor& dout, const Tensor& q, const Tensor& 
         const auto rows_of = [&](const Tensor& x, std::int64_t dim) {
           return x.slice(dim, qc.local, qc.local + qc.length);
         };
-        parts.push_back({qc, kc, ring.clock.compute([&] {
-                           return step(rows_of(dout, 1), rows_of(q, 1), rows_of(out, 1),
-                                       rows_of(lse, 2), qc.global, kb, vb, kc.global);
-                         })});
+        const AttentionGrads part = ring.clock.compute([&] {
+          return step(rows_of(dout, 1), rows_of(q, 1), rows_of(out, 1), rows_of(lse, 2), qc.global,
+                      kb, vb, kc.global);
+        });
+        add_rows(dq, qc.local, part.dq);
+        add_rows(local.k, kc.local, part.dk);
+        add_rows(local.v, kc.local, part.dv);
       }
     }
     if (s > 0) {
       ring.clock.wait(home);  // this block's gradients from the ranks before this one
       std::swap(grads, arriving);
     }
-    for (const Part& part : parts) {
-      add_rows(dq, part.q.local, part.grads.dq);
-      add_rows(grads.k, part.k.local, part.grads.dk);
-      add_rows(grads.v, part.k.local, part.grads.dv);
-    }
+    add_rows(grads.k, 0, local.k);
+    add_rows(grads.v, 0, local.v);
     if (ring.n > 1) home = ring.send_on(grads, arriving, kTagGrads);
     ring.advance(pass);
   }
