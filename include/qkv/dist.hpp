@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "qkv/attention.hpp"
@@ -159,6 +160,51 @@ BlockMask chunk_mask(const MaskMod& mask_mod, const Tensor& q, const Tensor& k, 
                            k.size(1));
 }
 
+// The ring's passes with a score mod, or with NoScore (flex_attention without one).
+struct NoScore {};
+
+template <class MaskMod, class ScoreMod>
+AttentionOutput ring_forward_mods(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const MaskMod& mask_mod, const ScoreMod& score_mod,
+                                  const Communicator& comm, const RingOptions& options) {
+  return ring_forward(
+      q, k, v, options, comm,
+      [&](const Tensor& qc, std::int64_t q0, const Tensor& kc, const Tensor& vc, std::int64_t k0) {
+        AttentionOutput part = chunk_output(qc, vc);
+        const BlockMask blocks = chunk_mask(mask_mod, qc, kc, q0, k0);
+        const FlexOptions at = chunk_options(options.flex, q0, k0);
+        if constexpr (std::is_same_v<ScoreMod, NoScore>) {
+          flex_attention(qc, kc, vc, blocks, at, part.out, part.lse);
+        } else {
+          flex_attention(qc, kc, vc, ShiftedScore<ScoreMod>{score_mod, q0, k0}, blocks, at,
+                         part.out, part.lse);
+        }
+        return part;
+      });
+}
+
+template <class MaskMod, class ScoreMod>
+AttentionGrads ring_backward_mods(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& out, const Tensor& lse,
+                                  const MaskMod& mask_mod, const ScoreMod& score_mod,
+                                  const Communicator& comm, const RingOptions& options) {
+  return ring_backward(dout, q, k, v, out, lse, options, comm,
+                       [&](const Tensor& dc, const Tensor& qc, const Tensor& oc, const Tensor& lc,
+                           std::int64_t q0, const Tensor& kc, const Tensor& vc, std::int64_t k0) {
+                         AttentionGrads grads = chunk_grads(qc, kc, vc);
+                         const BlockMask blocks = chunk_mask(mask_mod, qc, kc, q0, k0);
+                         const FlexOptions at = chunk_options(options.flex, q0, k0);
+                         if constexpr (std::is_same_v<ScoreMod, NoScore>) {
+                           flex_attention_backward(dc, qc, kc, vc, oc, lc, blocks, at, grads);
+                         } else {
+                           flex_attention_backward(dc, qc, kc, vc, oc, lc,
+                                                   ShiftedScore<ScoreMod>{score_mod, q0, k0},
+                                                   blocks, at, {}, grads);
+                         }
+                         return grads;
+                       });
+}
+
 }  // namespace detail
 
 // This rank's shard of the sequence (options.sharding: which rows): q [B, T, Hq, D], k [B, T, Hk,
@@ -176,28 +222,13 @@ template <class MaskMod, class ScoreMod>
 AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, MaskMod mask_mod,
                                ScoreMod score_mod, const Communicator& comm,
                                const RingOptions& options = {}) {
-  return detail::ring_forward(
-      q, k, v, options, comm,
-      [&](const Tensor& qc, std::int64_t q0, const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-        AttentionOutput part = detail::chunk_output(qc, vc);
-        flex_attention(qc, kc, vc, detail::ShiftedScore<ScoreMod>{score_mod, q0, k0},
-                       detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                       detail::chunk_options(options.flex, q0, k0), part.out, part.lse);
-        return part;
-      });
+  return detail::ring_forward_mods(q, k, v, mask_mod, score_mod, comm, options);
 }
 // Without a score mod.
 template <class MaskMod>
 AttentionOutput ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, MaskMod mask_mod,
                                const Communicator& comm, const RingOptions& options = {}) {
-  return detail::ring_forward(
-      q, k, v, options, comm,
-      [&](const Tensor& qc, std::int64_t q0, const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-        AttentionOutput part = detail::chunk_output(qc, vc);
-        flex_attention(qc, kc, vc, detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                       detail::chunk_options(options.flex, q0, k0), part.out, part.lse);
-        return part;
-      });
+  return detail::ring_forward_mods(q, k, v, mask_mod, detail::NoScore{}, comm, options);
 }
 
 // dout [B, T, Hq, Dv] and this rank's q, k, v, out, lse as ring_attention took and returned them,
@@ -207,17 +238,7 @@ AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, cons
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        MaskMod mask_mod, ScoreMod score_mod,
                                        const Communicator& comm, const RingOptions& options = {}) {
-  return detail::ring_backward(
-      dout, q, k, v, out, lse, options, comm,
-      [&](const Tensor& dc, const Tensor& qc, const Tensor& oc, const Tensor& lc, std::int64_t q0,
-          const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-        AttentionGrads grads = detail::chunk_grads(qc, kc, vc);
-        flex_attention_backward(dc, qc, kc, vc, oc, lc,
-                                detail::ShiftedScore<ScoreMod>{score_mod, q0, k0},
-                                detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                                detail::chunk_options(options.flex, q0, k0), {}, grads);
-        return grads;
-      });
+  return detail::ring_backward_mods(dout, q, k, v, out, lse, mask_mod, score_mod, comm, options);
 }
 // Without a score mod.
 template <class MaskMod>
@@ -225,16 +246,8 @@ AttentionGrads ring_attention_backward(const Tensor& dout, const Tensor& q, cons
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        MaskMod mask_mod, const Communicator& comm,
                                        const RingOptions& options = {}) {
-  return detail::ring_backward(
-      dout, q, k, v, out, lse, options, comm,
-      [&](const Tensor& dc, const Tensor& qc, const Tensor& oc, const Tensor& lc, std::int64_t q0,
-          const Tensor& kc, const Tensor& vc, std::int64_t k0) {
-        AttentionGrads grads = detail::chunk_grads(qc, kc, vc);
-        flex_attention_backward(dc, qc, kc, vc, oc, lc,
-                                detail::chunk_mask(mask_mod, qc, kc, q0, k0),
-                                detail::chunk_options(options.flex, q0, k0), grads);
-        return grads;
-      });
+  return detail::ring_backward_mods(dout, q, k, v, out, lse, mask_mod, detail::NoScore{}, comm,
+                                    options);
 }
 
 }  // namespace qkv::dist
