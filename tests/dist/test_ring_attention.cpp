@@ -229,6 +229,9 @@ TEST(RingAttention, HalfShardsTravelAsTheyAre) {
   };
   for (const auto [dtype, rows_a_rank] :
        {Case{DType::bf16, Tl}, Case{DType::f16, Tl}, Case{DType::bf16, 1040}}) {
+    // Every rank computes the whole problem itself: the long shards on 1 and 2 ranks only (on 4
+    // under ASan, 70 s).
+    if (rows_a_rank > Tl && n > 2) continue;
     const std::int64_t T = n * rows_a_rank;
     const Inputs in = make_inputs(T, dtype);
     const BlockMask blocks = create_block_mask(mask, B, Hq, T, T);
