@@ -38,13 +38,20 @@ constexpr float uniform_from_bits(std::uint32_t bits) noexcept {
 //   key     = (seed low 32 bits, seed high 32 bits XOR offset high 32 bits)
 //   counter = (j / 4, i, b * Hq + h, offset low 32 bits); lane j % 4 of the result.
 // Entry (i, j) is kept when uniform_from_bits(draw) >= p.
-constexpr std::uint32_t dropout_bits(std::uint64_t seed, std::uint64_t offset, std::uint32_t bh,
-                                     std::uint32_t i, std::uint32_t j) noexcept {
+//
+// The draws of row i's keys [4 group, 4 group + 4), one Philox call (the fused kernels take
+// four keys a call).
+constexpr PhiloxCounter dropout_block(std::uint64_t seed, std::uint64_t offset, std::uint32_t bh,
+                                      std::uint32_t i, std::uint32_t group) noexcept {
   const PhiloxKey key = {
       static_cast<std::uint32_t>(seed),
       static_cast<std::uint32_t>(seed >> 32) ^ static_cast<std::uint32_t>(offset >> 32)};
-  const PhiloxCounter counter = {j >> 2, i, bh, static_cast<std::uint32_t>(offset)};
-  return philox4x32_10(counter, key)[j & 3u];
+  return philox4x32_10({group, i, bh, static_cast<std::uint32_t>(offset)}, key);
+}
+
+constexpr std::uint32_t dropout_bits(std::uint64_t seed, std::uint64_t offset, std::uint32_t bh,
+                                     std::uint32_t i, std::uint32_t j) noexcept {
+  return dropout_block(seed, offset, bh, i, j >> 2)[j & 3u];
 }
 
 constexpr bool dropout_keep(std::uint64_t seed, std::uint64_t offset, std::uint32_t bh,

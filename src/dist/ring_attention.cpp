@@ -275,7 +275,7 @@ AttentionOutput ring_forward(const Tensor& q, const Tensor& k, const Tensor& v,
     ring.advance(pass);
   }
   ring.clock.report(options.stats);
-  if (q.dtype() != ring.compute) acc.out = acc.out.to(q.dtype());
+  acc.out = acc.out.to(q.dtype());  // itself where the dtypes match
   return acc;
 }
 
@@ -328,7 +328,7 @@ AttentionGrads ring_backward(const Tensor& dout, const Tensor& q, const Tensor& 
     std::swap(grads, arriving);
   }
   AttentionGrads result;
-  result.dq = q.dtype() == ring.compute ? dq : dq.to(q.dtype());
+  result.dq = dq.to(q.dtype());
   result.dk = owned(grads.k, k.dtype());
   result.dv = owned(grads.v, v.dtype());
   ring.clock.report(options.stats);

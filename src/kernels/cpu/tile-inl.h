@@ -281,18 +281,14 @@ void dropout_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std:
                   std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols, T* Z) {
   const DropoutParams& dropout = p.dropout;
   const T kept = static_cast<T>(1.0 / (1.0 - dropout.p));
-  const PhiloxKey key = {static_cast<std::uint32_t>(dropout.seed),
-                         static_cast<std::uint32_t>(dropout.seed >> 32) ^
-                             static_cast<std::uint32_t>(dropout.offset >> 32)};
   const auto bh = static_cast<std::uint32_t>(b * p.dims.Hq + h);
   const std::int64_t first = dropout.col0 + j0;  // the drawn position of column 0
   for (std::int64_t r = 0; r < rows; ++r) {
     const auto i = static_cast<std::uint32_t>(dropout.row0 + i0 + r);
     // The groups [g, g + 4) that hold the row's drawn positions, clipped to them.
     for (std::int64_t g = first & ~std::int64_t{3}; g < first + cols; g += 4) {
-      const PhiloxCounter bits = philox4x32_10(
-          {static_cast<std::uint32_t>(g >> 2), i, bh, static_cast<std::uint32_t>(dropout.offset)},
-          key);
+      const PhiloxCounter bits =
+          dropout_block(dropout.seed, dropout.offset, bh, i, static_cast<std::uint32_t>(g >> 2));
       for (std::int64_t j = std::max(g, first); j < std::min(g + 4, first + cols); ++j) {
         const bool keep = static_cast<double>(uniform_from_bits(bits[j - g])) >= dropout.p;
         Z[r * kBk + (j - first)] = keep ? kept : T(0);
