@@ -1,11 +1,12 @@
 // cross_entropy: log_softmax and the negative log-likelihood fused, with ignore_index and label
 // smoothing, as PyTorch's F.cross_entropy(reduction="mean").
-#include <cmath>
-#include <limits>
+#include "kernels/cpu/cross_entropy.hpp"
+
 #include <string>
 #include <vector>
 
 #include "autograd/node.hpp"
+#include "ops/parallel.hpp"
 #include "ops/tensor_math.hpp"
 #include "qkv/autograd/ops.hpp"
 
@@ -35,47 +36,44 @@ Var cross_entropy(const Var& logits, const std::vector<std::int64_t>& targets,
     throw Error("label_smoothing", "a number in [0, 1]", std::to_string(eps));
   }
   const DType dtype = logits.dtype();
-  // log p, saved for the backward (whose softmax is exp of it).
-  Tensor log_p = Tensor::empty({N, C}, DType::f64);
+  const Tensor lv = logits.value().contiguous();
+  // p [N, C] (softmax of each row, in double), saved for the backward; loss_n per row. The rows
+  // go in chunks fixed by N and C alone, and the losses are summed in row order, so the result
+  // does not depend on the thread count.
+  Tensor p = Tensor::empty({N, C}, DType::f64);
+  std::vector<double> losses(static_cast<std::size_t>(N));
+  ops::dispatch(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    ops::for_chunks(N, ops::rows_per_chunk(C), [&](std::int64_t begin, std::int64_t end) {
+      kernels::cpu::cross_entropy_rows(lv.data_as<T>() + begin * C, end - begin, C,
+                                       targets.data() + begin, options.ignore_index, eps,
+                                       p.data_as<double>() + begin * C, losses.data() + begin);
+    });
+  });
   double total = 0;
   std::int64_t counted = 0;
-  const Tensor lv = logits.value().to(DType::f64).contiguous();
-  {
-    const double* x = lv.data_as<double>();
-    double* lp = log_p.data_as<double>();
-    for (std::int64_t n = 0; n < N; ++n) {
-      double m = -std::numeric_limits<double>::infinity();
-      for (std::int64_t c = 0; c < C; ++c) m = std::fmax(m, x[n * C + c]);
-      double sum = 0;
-      for (std::int64_t c = 0; c < C; ++c) sum += std::exp(x[n * C + c] - m);
-      double sum_log_p = 0;
-      for (std::int64_t c = 0; c < C; ++c) {
-        lp[n * C + c] = x[n * C + c] - m - std::log(sum);
-        sum_log_p += lp[n * C + c];
-      }
-      if (targets[n] == options.ignore_index) continue;
-      // loss_n = -(1 - eps) log p[n, t_n] - (eps / C) sum_c log p[n, c]
-      total += -(1 - eps) * lp[n * C + targets[n]] - eps / C * sum_log_p;
-      ++counted;
-    }
+  for (std::int64_t n = 0; n < N; ++n) {
+    if (targets[n] == options.ignore_index) continue;
+    total += losses[static_cast<std::size_t>(n)];
+    ++counted;
   }
   // loss = sum_n loss_n / counted (0 / 0 = NaN when every target is ignored, as PyTorch)
   Tensor out = Tensor::full({}, total / static_cast<double>(counted), dtype);
   const std::int64_t ignore = options.ignore_index;
   return detail::record(std::move(out), {&logits}, [=](const Tensor& dout) {
-    const double g = dout.to_vector()[0];
-    Tensor dx = Tensor::zeros({N, C}, DType::f64);
-    const double* lp = log_p.data_as<double>();
-    double* d = dx.data_as<double>();
-    for (std::int64_t n = 0; n < N && counted > 0; ++n) {
-      if (targets[n] == ignore) continue;
-      // dloss_n/dlogit_c = p_c - ((1 - eps) [c == t_n] + eps / C), over counted rows
-      for (std::int64_t c = 0; c < C; ++c) {
-        const double target = (c == targets[n] ? 1 - eps : 0.0) + eps / C;
-        d[n * C + c] = g * (std::exp(lp[n * C + c]) - target) / static_cast<double>(counted);
-      }
-    }
-    return std::vector<Tensor>{dx.to(dtype)};
+    // loss = sum_n loss_n / counted, loss_n = -(1 - eps) log p[n, t_n] - (eps / C) sum_c log
+    // p[n, c]: dloss_n/dlogit_c = p_c - ((1 - eps) [c == t_n] + eps / C), over counted rows
+    const double scale = counted > 0 ? dout.to_vector()[0] / static_cast<double>(counted) : 0.0;
+    Tensor dx = Tensor::empty({N, C}, dtype);
+    ops::dispatch(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      ops::for_chunks(N, ops::rows_per_chunk(C), [&](std::int64_t begin, std::int64_t end) {
+        kernels::cpu::cross_entropy_backward_rows(p.data_as<double>() + begin * C, end - begin, C,
+                                                  targets.data() + begin, ignore, eps, scale,
+                                                  dx.data_as<T>() + begin * C);
+      });
+    });
+    return std::vector<Tensor>{dx};
   });
 }
 

@@ -88,14 +88,27 @@ Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<detail::Node
 }
 
 const Tensor& Var::value() const { return detail::node_of(node_, "value()").value; }
-const Tensor& Var::grad() const { return detail::node_of(node_, "grad()").grad; }
+const Tensor& Var::grad() const {
+  detail::node_of(node_, "grad()");
+  if (node_->grad_zeroed) {
+    node_->grad = Tensor::zeros(node_->value.shape(), node_->value.dtype());
+    node_->grad_zeroed = false;
+  }
+  return node_->grad;
+}
 bool Var::requires_grad() const { return detail::node_of(node_, "requires_grad()").requires_grad; }
 bool Var::is_leaf() const { return !detail::node_of(node_, "is_leaf()").backward; }
 
 void Var::zero_grad() {
   detail::node_of(node_, "zero_grad()");
-  if (node_->grad.defined())
-    node_->grad = Tensor::zeros(node_->value.shape(), node_->value.dtype());
+  // The zeros are made when read (grad()): a training step's backward overwrites them first. Was
+  // a fresh zero tensor, then the first gradient added to it in a new one: 1.6% of a training
+  // step of qkv demo's translator on one thread while the other waited (perf, 2 threads of the
+  // AMD EPYC Zen 5 VM, 2026-11-29).
+  if (node_->grad.defined() || node_->grad_zeroed) {
+    node_->grad = Tensor();
+    node_->grad_zeroed = true;
+  }
 }
 
 Var Var::detach() const { return Var(value(), false); }
@@ -135,6 +148,7 @@ void Var::backward(const Tensor& seed) const {
     if (!node->backward) {
       // A leaf keeps its own copy: the caller may zero it in place.
       node->grad = node->grad.defined() ? ops::add(node->grad, g) : g.clone();
+      node->grad_zeroed = false;
       continue;
     }
     const std::vector<Tensor> grads = node->backward(g);

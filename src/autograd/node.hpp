@@ -16,7 +16,10 @@ using BackwardFn = std::function<std::vector<Tensor>(const Tensor& dout)>;
 
 struct Node {
   Tensor value;
-  Tensor grad;     // leaves: accumulated over backward calls
+  Tensor grad;  // leaves: accumulated over backward calls
+  // Leaves after zero_grad: the gradient is zeros, made when grad() is read; the next backward
+  // pass writes its first contribution as the gradient instead of adding it to zeros.
+  bool grad_zeroed = false;
   Tensor pending;  // during a backward pass: the contributions received so far
   bool requires_grad = false;
   std::vector<std::shared_ptr<Node>> inputs;  // empty for leaves

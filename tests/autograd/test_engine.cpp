@@ -57,6 +57,28 @@ TEST(Engine, SecondBackwardAccumulatesAndZeroGradResets) {
   EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{6, 6}));
 }
 
+// zero_grad's zeros are made when read; the backward after it writes a new gradient, so a
+// gradient taken before keeps its values, and a leaf with no gradient yet stays without one.
+TEST(Engine, ZeroGradKeepsEarlierGradientsAndUndefinedOnes) {
+  Var x(Tensor::full({3}, 2.0, DType::f64), true), unused(Tensor::full({2}, 1.0), true);
+  const Var y = ag::sum(x * x);
+  y.backward();
+  const Tensor before = x.grad();
+  x.zero_grad();
+  x.zero_grad();
+  unused.zero_grad();
+  EXPECT_FALSE(unused.grad().defined());
+  y.backward();
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{8, 8, 8}));
+  EXPECT_EQ(before.to_vector(), (std::vector<double>{4, 4, 4}));
+  x.zero_grad();
+  EXPECT_EQ(x.grad().dtype(), DType::f64);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{0, 0, 0}));
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{4, 4, 4}));
+}
+
 TEST(Engine, OnlyLeavesThatRequireGradGetGradients) {
   Var x(Tensor::full({2}, 1.0, DType::f64), true);
   Var c(Tensor::full({2}, 5.0, DType::f64));

@@ -523,5 +523,33 @@ TEST(CrossEntropy, MatchesPyTorchDefinition) {
   EXPECT_TRUE(std::isnan(ag::cross_entropy(Var(logits), {-1, -1, -1, -1}, o).value().at({})));
 }
 
+// Rows go in chunks fixed by the shape and losses add in row order: the loss and the gradient
+// are bitwise the same on any number of threads, f32 and f64, with ignored rows and smoothing.
+TEST(CrossEntropy, ResultsDoNotDependOnTheThreadCount) {
+  const int saved = num_threads();
+  std::vector<std::int64_t> t(700);
+  for (std::size_t n = 0; n < t.size(); ++n) t[n] = n % 9 == 4 ? -100 : (n * 37) % 300;
+  ag::CrossEntropyOptions o;
+  o.label_smoothing = 0.1;
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    const Tensor logits = random({700, 300}, 140, -6, 6).to(dtype);
+    std::vector<Tensor> first;
+    for (const int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      Var x(logits, true);
+      Var loss = ag::cross_entropy(x, t, o);
+      loss.backward();
+      const std::vector<Tensor> now = {loss.value(), x.grad()};
+      if (first.empty()) {
+        first = now;
+        continue;
+      }
+      expect_bitwise_equal(now[0], first[0], "loss on " + std::to_string(threads));
+      expect_bitwise_equal(now[1], first[1], "dlogits on " + std::to_string(threads));
+    }
+  }
+  set_num_threads(saved);
+}
+
 }  // namespace
 }  // namespace qkv::testing
