@@ -122,14 +122,17 @@ void transpose_rows(const T* src, std::int64_t ld, std::int64_t n, std::int64_t 
   }
 }
 
-// src rows [n, cols] with row stride ld -> dst [cols, n_pad] (the transpose), columns n..n_pad
-// zero. Lays a tile of K (or V) out as [D, kBk] so that a score tile is a row-major product.
+// src rows [n, cols] with row stride ld -> dst [cols, n_pad] (the transpose), columns n..n_zero
+// zero (n_zero <= n_pad; by default all of them, and the rest left as they are where a product
+// reads only the first n_zero). Lays a tile of K (or V) out as [D, kBk] so that a score tile is
+// a row-major product.
 template <class T>
 void pack_transposed(const T* src, std::int64_t ld, std::int64_t n, std::int64_t cols,
-                     std::int64_t n_pad, T* dst) {
+                     std::int64_t n_pad, T* dst, std::int64_t n_zero = -1) {
+  if (n_zero < 0) n_zero = n_pad;
   transpose_rows(src, ld, n, cols, dst, n_pad);
   for (std::int64_t c = 0; c < cols; ++c)
-    std::fill(dst + c * n_pad + n, dst + (c + 1) * n_pad, T(0));
+    std::fill(dst + c * n_pad + n, dst + c * n_pad + n_zero, T(0));
 }
 
 // src rows [n, cols] stored as E (load_as-inl.h: bf16 or f16 bits, or T) with row stride ld ->
