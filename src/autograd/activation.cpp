@@ -63,10 +63,11 @@ Var relu(const Var& x) {
     Tensor dx = Tensor::empty(gc.shape(), gc.dtype());
     ops::dispatch(gc.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      ops::for_chunks(gc.numel(), ops::kChunkElements, [&](std::int64_t begin, std::int64_t end) {
-        cpu_kernels::relu_grad(gc.data_as<T>() + begin, saved_out.data_as<T>() + begin, end - begin,
-                               dx.data_as<T>() + begin);
-      });
+      ops::for_range(
+          gc.numel(), ops::kChunkElements, 16, [&](std::int64_t begin, std::int64_t end) {
+            cpu_kernels::relu_grad(gc.data_as<T>() + begin, saved_out.data_as<T>() + begin,
+                                   end - begin, dx.data_as<T>() + begin);
+          });
     });
     return std::vector<Tensor>{dx};
   });

@@ -47,18 +47,18 @@ Var linear(const Var& x, const Var& weight, const Var& bias) {
       qkv::kernels::cpu::blas_gemm(true, false, N, K, R, gp, N, xv.data_as<T>(), K, false,
                                    dw.data_as<T>(), K);
       if (db.defined()) {
-        // Chunks of columns, each summed over every row in row order.
+        // Columns split over the threads, each summed over every row in row order.
         std::vector<double> sums(static_cast<std::size_t>(N), 0.0);
         double* s = sums.data();
         T* d = db.data_as<T>();
-        ops::for_chunks(N, std::max<std::int64_t>(16, ops::rows_per_chunk(R)),
-                        [&](std::int64_t begin, std::int64_t end) {
-                          for (std::int64_t r = 0; r < R; ++r) {
-                            const T* row = gp + r * N;
-                            for (std::int64_t n = begin; n < end; ++n) s[n] += row[n];
-                          }
-                          for (std::int64_t n = begin; n < end; ++n) d[n] = static_cast<T>(s[n]);
-                        });
+        ops::for_range(N, std::max<std::int64_t>(16, ops::rows_per_chunk(R)), 16,
+                       [&](std::int64_t begin, std::int64_t end) {
+                         for (std::int64_t r = 0; r < R; ++r) {
+                           const T* row = gp + r * N;
+                           for (std::int64_t n = begin; n < end; ++n) s[n] += row[n];
+                         }
+                         for (std::int64_t n = begin; n < end; ++n) d[n] = static_cast<T>(s[n]);
+                       });
       }
     });
     std::vector<Tensor> grads = {dx, dw};

@@ -37,14 +37,14 @@ Var cross_entropy(const Var& logits, const std::vector<std::int64_t>& targets,
   }
   const DType dtype = logits.dtype();
   const Tensor lv = logits.value().contiguous();
-  // p [N, C] (softmax of each row, in double), saved for the backward; loss_n per row. The rows
-  // go in chunks fixed by N and C alone, and the losses are summed in row order, so the result
-  // does not depend on the thread count.
+  // p [N, C] (softmax of each row, in double), saved for the backward; loss_n per row, the rows
+  // split over the threads, and the losses summed in row order, so the result does not depend on
+  // the thread count.
   Tensor p = Tensor::empty({N, C}, DType::f64);
   std::vector<double> losses(static_cast<std::size_t>(N));
   ops::dispatch(dtype, [&](auto zero) {
     using T = decltype(zero);
-    ops::for_chunks(N, ops::rows_per_chunk(C), [&](std::int64_t begin, std::int64_t end) {
+    ops::for_range(N, ops::rows_per_chunk(C), 1, [&](std::int64_t begin, std::int64_t end) {
       kernels::cpu::cross_entropy_rows(lv.data_as<T>() + begin * C, end - begin, C,
                                        targets.data() + begin, options.ignore_index, eps,
                                        p.data_as<double>() + begin * C, losses.data() + begin);
@@ -67,7 +67,7 @@ Var cross_entropy(const Var& logits, const std::vector<std::int64_t>& targets,
     Tensor dx = Tensor::empty({N, C}, dtype);
     ops::dispatch(dtype, [&](auto zero) {
       using T = decltype(zero);
-      ops::for_chunks(N, ops::rows_per_chunk(C), [&](std::int64_t begin, std::int64_t end) {
+      ops::for_range(N, ops::rows_per_chunk(C), 1, [&](std::int64_t begin, std::int64_t end) {
         kernels::cpu::cross_entropy_backward_rows(p.data_as<double>() + begin * C, end - begin, C,
                                                   targets.data() + begin, ignore, eps, scale,
                                                   dx.data_as<T>() + begin * C);

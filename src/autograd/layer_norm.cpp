@@ -39,7 +39,12 @@ Var layer_norm(const Var& x, const Shape& normalized_shape, const Var& weight, c
     ops::dispatch(dtype, [&](auto zero) {
       using T = decltype(zero);
       // Each chunk of rows sums its own dw and db; the chunks' sums are added in chunk order.
-      const std::int64_t chunk = ops::rows_per_chunk(n);
+      // Chunks of 2^12 elements' worth of rows, at most 64 of them, fixed by the shape: a batch
+      // of qkv demo's translator, [448, 128], in for_chunks' 2^15 took 256 rows and 192, and the
+      // second thread waited for the first (perf, 2 threads of the AMD EPYC Zen 5 VM, 2026-11-29);
+      // now 14 chunks of 32.
+      const std::int64_t chunk = std::max(
+          std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(n, 1)), (rows + 63) / 64);
       const std::int64_t chunks = rows == 0 ? 0 : (rows + chunk - 1) / chunk;
       std::vector<double> dw_sums(static_cast<std::size_t>(chunks * n), 0.0), db_sums(dw_sums);
       // out = xhat * w + b: dxhat = g * w, dw = sum g * xhat, db = sum g;

@@ -63,7 +63,7 @@ Tensor relu(const Tensor& x) {
   // out = max(x, 0): a vector pass (kernels/cpu/elementwise.hpp)
   dispatch(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    for_chunks(xc.numel(), kChunkElements, [&](std::int64_t begin, std::int64_t end) {
+    for_range(xc.numel(), kChunkElements, 16, [&](std::int64_t begin, std::int64_t end) {
       kernels::cpu::relu_values(xc.data_as<T>() + begin, end - begin, out.data_as<T>() + begin);
     });
   });

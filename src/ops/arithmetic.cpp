@@ -46,13 +46,13 @@ Tensor zip_broadcast(const Tensor& a, const Tensor& b, F f) {
     T* o = out.data_as<T>();
     const bool x_full = x.numel() == n, y_full = y.numel() == n;
     if (period == n) {  // one shape: chunks of elements
-      for_chunks(n, kChunkElements, [&](std::int64_t begin, std::int64_t end) {
+      for_range(n, kChunkElements, 16, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t j = begin; j < end; ++j) o[j] = f(xp[j], yp[j]);
       });
       return;
     }
     // rows of `period` elements, the repeating side read from its start in each
-    for_chunks(n / period, rows_per_chunk(period), [&](std::int64_t begin, std::int64_t end) {
+    for_range(n / period, rows_per_chunk(period), 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t row = begin; row < end; ++row) {
         const std::int64_t start = row * period;
         const T* xs = x_full ? xp + start : xp;

@@ -44,7 +44,7 @@ LayerNormSaved layer_norm_saving(const Tensor& x, const Shape& normalized_shape,
   dispatch(dtype, [&](auto zero) {
     using T = decltype(zero);
     // rstd = 1 / sqrt(var + eps); xhat = (x - mean) * rstd; out = xhat * w + b
-    for_chunks(rows, rows_per_chunk(n), [&](std::int64_t begin, std::int64_t end) {
+    for_range(rows, rows_per_chunk(n), 1, [&](std::int64_t begin, std::int64_t end) {
       kernels::cpu::layer_norm_rows(
           xv.data_as<T>() + begin * n, end - begin, n, wv.defined() ? wv.data_as<T>() : nullptr,
           bv.defined() ? bv.data_as<T>() : nullptr, eps, r.out.data_as<T>() + begin * n,

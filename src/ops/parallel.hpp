@@ -1,6 +1,8 @@
 #pragma once
 
 // Element and row loops of the ops over qkv's threads, in chunks fixed by the sizes alone.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -30,6 +32,31 @@ void for_chunks(std::int64_t n, std::int64_t chunk, Fn&& fn) {
   const detail::ThreadShare share(num_threads());
 #pragma omp parallel for schedule(static) num_threads(share.threads())
   for (std::int64_t c = 0; c < chunks; ++c) fn(c * chunk, std::min(n, (c + 1) * chunk));
+}
+
+// fn(begin, end) over [0, n) in one contiguous piece per thread of this call's share of
+// qkv::num_threads(), the pieces' bounds at multiples of `align`, when n holds more than `serial`
+// items (kChunkElements' worth, as for_chunks' two chunks), else on the calling thread. For loops
+// whose every result is its own item's (element by element, row by row, column by column), where
+// the split cannot change a bit: equal pieces where for_chunks' fixed chunks leave one thread
+// waiting (a [448, 128] batch's 2^15 + 24576 elements, a [448, 512] one's 4 chunks against 3).
+// Loops that sum across items keep for_chunks. fn must not throw.
+template <class Fn>
+void for_range(std::int64_t n, std::int64_t serial, std::int64_t align, Fn&& fn) {
+  if (n <= 0) return;
+  if (n <= serial || num_threads() == 1) {
+    fn(std::int64_t{0}, n);
+    return;
+  }
+  const detail::ThreadShare share(num_threads());
+  const std::int64_t units = (n + align - 1) / align;
+#pragma omp parallel num_threads(share.threads())
+  {
+    const std::int64_t t = omp_get_thread_num(), team = omp_get_num_threads();
+    const std::int64_t begin = std::min(n, units * t / team * align);
+    const std::int64_t end = std::min(n, units * (t + 1) / team * align);
+    if (begin < end) fn(begin, end);
+  }
 }
 
 // Rows per chunk for rows of n elements: kChunkElements' worth, at least one.
