@@ -523,6 +523,48 @@ TEST(CrossEntropy, MatchesPyTorchDefinition) {
   EXPECT_TRUE(std::isnan(ag::cross_entropy(Var(logits), {-1, -1, -1, -1}, o).value().at({})));
 }
 
+// The ops of a training step split their loops over the threads (ops::for_range, layer norm's
+// fixed chunks): values and gradients are bitwise the same on 1, 2 and 3 threads, with batches
+// whose sizes split unevenly; in f64 too, where sums in double taken in another order show.
+TEST(TrainingOps, ResultsDoNotDependOnTheThreadCount) {
+  const int saved = num_threads();
+  for (const auto& [rows, dtype] : std::vector<std::pair<std::int64_t, DType>>{
+           {448, DType::f32}, {333, DType::f32}, {448, DType::f64}}) {
+    const Tensor x0 = random({rows, 128}, 150).to(dtype);
+    const Tensor w1 = random({512, 128}, 151, -0.1, 0.1).to(dtype);
+    const Tensor b1 = random({512}, 152).to(dtype);
+    const Tensor w2 = random({128, 512}, 153, -0.1, 0.1).to(dtype);
+    const Tensor gamma = random({128}, 154, 0.5, 1.5).to(dtype);
+    const Tensor beta = random({128}, 155).to(dtype);
+    const Tensor wo = random({300, 128}, 156, -0.1, 0.1).to(dtype);
+    std::vector<std::int64_t> t(static_cast<std::size_t>(rows));
+    for (std::size_t n = 0; n < t.size(); ++n) t[n] = (n * 53) % 300;
+    std::vector<Tensor> first;
+    for (const int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      Var x(x0, true), W1(w1, true), B1(b1, true), W2(w2, true), G(gamma, true), Bt(beta, true);
+      Var Wo(wo, true);
+      // pre-norm feed-forward block with a residual, then the output layer and the loss
+      const Var h = ag::layer_norm(x, {128}, G, Bt);
+      const Var y = x + ag::linear(ag::relu(ag::linear(h, W1, B1)), W2);
+      const Var loss = ag::cross_entropy(ag::linear(y, Wo), t);
+      loss.backward();
+      const std::vector<Tensor> now = {loss.value(), y.value(), x.grad(),  W1.grad(), B1.grad(),
+                                       W2.grad(),    G.grad(),  Bt.grad(), Wo.grad()};
+      if (first.empty()) {
+        first = now;
+        continue;
+      }
+      for (std::size_t i = 0; i < now.size(); ++i) {
+        expect_bitwise_equal(now[i], first[i],
+                             "tensor " + std::to_string(i) + " of " + std::to_string(rows) +
+                                 " rows on " + std::to_string(threads));
+      }
+    }
+  }
+  set_num_threads(saved);
+}
+
 // Rows go in chunks fixed by the shape and losses add in row order: the loss and the gradient
 // are bitwise the same on any number of threads, f32 and f64, with ignored rows and smoothing.
 TEST(CrossEntropy, ResultsDoNotDependOnTheThreadCount) {
