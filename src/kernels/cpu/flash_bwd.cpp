@@ -666,8 +666,10 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
       const std::int64_t tile = head * k_tiles + kb;
       if (copy_k) {
         T* k_rows = kp.get() + tile * kBk * d.D;
-        pack_rows(p.k.at(b, j0, hk), p.k.row, n, d.D, kBk, k_rows);
-        k_finite[static_cast<size_t>(tile)] = all_finite(k_rows, kBk * d.D);
+        // The tile's n rows only, not zero-padded to kBk: the products read K up to the tile's
+        // keys (a 14-key sequence's padding was 0.8 MB of zeros a call).
+        convert_rows(p.k.at(b, j0, hk), p.k.row, n, d.D, k_rows, d.D);
+        k_finite[static_cast<size_t>(tile)] = all_finite(k_rows, n * d.D);
       } else {
         k_finite[static_cast<size_t>(tile)] = all_finite(p.k.at(b, j0, hk), n * d.D);
       }
