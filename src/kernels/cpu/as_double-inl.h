@@ -1,5 +1,5 @@
 // f32 or f64 values as lanes of double, and back, for the row passes that compute in double
-// (kernels/cpu/layer_norm.cpp, kernels/cpu/optimizer_update.cpp). Per-target include guard.
+// (kernels/cpu/layer_norm.cpp, cross_entropy.cpp, optimizer_update.cpp). Per-target include guard.
 #if defined(QKV_KERNELSCPU_AS_DOUBLE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef QKV_KERNELSCPU_AS_DOUBLE_INL_H_
 #undef QKV_KERNELSCPU_AS_DOUBLE_INL_H_
@@ -45,6 +45,13 @@ void ForLanes(std::int64_t n, Fn fn) {
   for (; i + L <= n; i += L) fn(d, i);
   const hn::CappedTag<double, 1> d1;
   for (; i < n; ++i) fn(d1, i);
+}
+
+// The sum of a sum ForLanes split in two: the lanes of acc (its whole vectors) plus tail (its
+// single lanes).
+template <class V>
+double SumWithTail(V acc, double tail) {
+  return hn::GetLane(hn::SumOfLanes(hn::ScalableTag<double>(), acc)) + tail;
 }
 
 }  // namespace qkv::kernels::cpu::HWY_NAMESPACE

@@ -19,13 +19,6 @@ namespace qkv::kernels::cpu::HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-// The sum of acc's lanes and tail.
-template <class V>
-double total(V acc, double tail) {
-  const hn::ScalableTag<double> dd;
-  return hn::GetLane(hn::SumOfLanes(dd, acc)) + tail;
-}
-
 template <class T>
 void Forward(const T* x, std::int64_t rows, std::int64_t C, const std::int64_t* targets,
              std::int64_t ignore, double eps, double* p, double* loss) {
@@ -63,7 +56,7 @@ void Forward(const T* x, std::int64_t rows, std::int64_t C, const std::int64_t* 
         acc_x = hn::Add(acc_x, v);
       }
     });
-    const double sum = total(acc_sum, tail_sum);
+    const double sum = SumWithTail(acc_sum, tail_sum);
     // p[c] = e[c] / sum
     ForLanes(C, [&](auto d, std::int64_t c) {
       hn::StoreU(hn::Div(hn::LoadU(d, pr + c), hn::Set(d, sum)), d, pr + c);
@@ -72,7 +65,8 @@ void Forward(const T* x, std::int64_t rows, std::int64_t C, const std::int64_t* 
     const double lse = m + std::log(sum);
     double l = -(1 - eps) * (static_cast<double>(xr[targets[n]]) - lse);
     if (eps > 0)
-      l -= eps / static_cast<double>(C) * (total(acc_x, tail_x) - static_cast<double>(C) * lse);
+      l -= eps / static_cast<double>(C) *
+           (SumWithTail(acc_x, tail_x) - static_cast<double>(C) * lse);
     loss[n] = l;
   }
 }

@@ -32,7 +32,7 @@ void Forward(const T* x, std::int64_t rows, std::int64_t n, const T* w, const T*
         acc = hn::Add(acc, LoadDouble(d, xr, i));
       }
     });
-    const double mean = (hn::GetLane(hn::SumOfLanes(dd, acc)) + tail) / static_cast<double>(n);
+    const double mean = SumWithTail(acc, tail) / static_cast<double>(n);
     acc = hn::Zero(dd);
     tail = 0;
     ForLanes(n, [&](auto d, std::int64_t i) {
@@ -43,7 +43,7 @@ void Forward(const T* x, std::int64_t rows, std::int64_t n, const T* w, const T*
         acc = hn::MulAdd(c, c, acc);
       }
     });
-    const double var = (hn::GetLane(hn::SumOfLanes(dd, acc)) + tail) / static_cast<double>(n);
+    const double var = SumWithTail(acc, tail) / static_cast<double>(n);
     const double r = 1 / std::sqrt(var + eps);
     rstd[row] = r;
     ForLanes(n, [&](auto d, std::int64_t i) {
@@ -78,10 +78,8 @@ void Backward(const T* g, const T* xhat, const T* w, const double* rstd, std::in
         acc_dh = hn::MulAdd(dxh, h, acc_dh);
       }
     });
-    const double mean_dxhat =
-        (hn::GetLane(hn::SumOfLanes(dd, acc_d)) + tail_d) / static_cast<double>(n);
-    const double mean_dxhat_xhat =
-        (hn::GetLane(hn::SumOfLanes(dd, acc_dh)) + tail_dh) / static_cast<double>(n);
+    const double mean_dxhat = SumWithTail(acc_d, tail_d) / static_cast<double>(n);
+    const double mean_dxhat_xhat = SumWithTail(acc_dh, tail_dh) / static_cast<double>(n);
     ForLanes(n, [&](auto d, std::int64_t i) {
       const auto gj = LoadDouble(d, gr, i), h = LoadDouble(d, hr, i);
       const auto dxh = w != nullptr ? hn::Mul(gj, LoadDouble(d, w, i)) : gj;
