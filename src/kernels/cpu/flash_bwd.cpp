@@ -234,8 +234,10 @@ void tile_scores(const Dims& d, const Packed<T>& packed, T scale, std::int64_t h
   if (d.Tq <= TileTraits::kDecodeMaxQueries && d.group() * d.Tq < TileTraits::kDecodeGroupedRows) {
     const T* k = packed.k_rows(head, j0, d.D);  // this tile's rows, [cols, D]
     for (std::int64_t r = 0; r < rows; ++r) {
-      for (std::int64_t c = 0; c < cols; ++c)
-        S[r * kBk + c] = score_dot(q + r * d.D, k + c * d.D, d.D);
+      for (std::int64_t c = 0; c < cols; c += kScoreRun) {
+        score_dots(q + r * d.D, k + c * d.D, d.D, std::min(kScoreRun, cols - c), d.D,
+                   S + r * kBk + c);
+      }
       std::fill(S + r * kBk + cols, S + (r + 1) * kBk, T(0));
     }
   } else {

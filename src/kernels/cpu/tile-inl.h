@@ -16,6 +16,7 @@
 #include "kernels/cpu/exp_round_bf16.hpp"
 #include "kernels/cpu/gemm-inl.h"
 #include "kernels/cpu/load_as-inl.h"
+#include "kernels/cpu/score_dot-inl.h"
 #include "kernels/cpu/tile_traits.hpp"
 #include "kernels/flash_params.hpp"
 #include "kernels/flex_mods.hpp"
@@ -229,33 +230,6 @@ void score_tile(const FwdParams<T, ScoreMod, MaskMod>& p, std::int64_t b, std::i
       std::fill(s + cols, s + kBk, kNegInf);
     }
   }
-}
-
-// q . k over dim elements, for decode shapes (Tq <= TileTraits::kDecodeMaxQueries): four vector
-// accumulators (the FMA chain of one product is dim / (4 L) long), their sum, then the scalar
-// tail. The split-keys forward and the backward's tiles of such problems both take their scores
-// from here, so that the backward recomputes bitwise the scores the forward's lse came from: with
-// different summation orders, scores of 1e8 in f32 (an ulp of 8) gave the backward P = exp(s -
-// lse) far above 1. k may be stored as bf16 or f16 (E, load_as-inl.h): the same arithmetic on
-// the same f32 values, so a KV cache read in place gives the bits of the cache converted first.
-// Inlined: a translator step's decode call (q [32, 1, 4, 32], 15 keys, 1920 scores) took 19.6-20.0
-// us with a call per score and 19.2-19.5 without (one thread, AMD EPYC Zen 5 VM, 2026-11-28).
-template <class T, class E>
-HWY_INLINE T score_dot(const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, std::int64_t dim) {
-  const hn::ScalableTag<T> d;
-  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d), acc2 = hn::Zero(d), acc3 = hn::Zero(d);
-  std::int64_t x = 0;
-  for (; x + 4 * L <= dim; x += 4 * L) {
-    acc0 = hn::MulAdd(hn::LoadU(d, q + x), load_as(d, k + x), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(d, q + x + L), load_as(d, k + x + L), acc1);
-    acc2 = hn::MulAdd(hn::LoadU(d, q + x + 2 * L), load_as(d, k + x + 2 * L), acc2);
-    acc3 = hn::MulAdd(hn::LoadU(d, q + x + 3 * L), load_as(d, k + x + 3 * L), acc3);
-  }
-  for (; x + L <= dim; x += L) acc0 = hn::MulAdd(hn::LoadU(d, q + x), load_as(d, k + x), acc0);
-  T sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
-  for (; x < dim; ++x) sum = mul_add(q[x], value_as<T>(k[x]), sum);
-  return sum;
 }
 
 // dst [rows, dim] = scale * src (rows ld apart). The kernels compute the scores as (scale Q) K^T:

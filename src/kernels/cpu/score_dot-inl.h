@@ -1,0 +1,154 @@
+// The dot products of decode shapes' scores (Tq <= TileTraits::kDecodeMaxQueries): score_dot for
+// one query row and one key, score_dots for one query row and a run of keys with the same bits.
+// Per-target include guard.
+#if defined(QKV_KERNELSCPU_SCORE_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QKV_KERNELSCPU_SCORE_DOT_INL_H_
+#undef QKV_KERNELSCPU_SCORE_DOT_INL_H_
+#else
+#define QKV_KERNELSCPU_SCORE_DOT_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "hwy/highway.h"
+#include "kernels/cpu/gemm-inl.h"
+#include "kernels/cpu/load_as-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qkv::kernels::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// q [dim] . k [dim] over dim's whole vectors, lane by lane: four vector accumulators (the FMA
+// chain of one product is dim / (4 L) long), added as (acc0 + acc1) + (acc2 + acc3).
+template <class T, class E>
+HWY_INLINE hn::Vec<hn::ScalableTag<T>> score_lanes(const T* HWY_RESTRICT q, const E* HWY_RESTRICT k,
+                                                   std::int64_t dim) {
+  const hn::ScalableTag<T> d;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d), acc2 = hn::Zero(d), acc3 = hn::Zero(d);
+  std::int64_t x = 0;
+  for (; x + 4 * L <= dim; x += 4 * L) {
+    acc0 = hn::MulAdd(hn::LoadU(d, q + x), load_as(d, k + x), acc0);
+    acc1 = hn::MulAdd(hn::LoadU(d, q + x + L), load_as(d, k + x + L), acc1);
+    acc2 = hn::MulAdd(hn::LoadU(d, q + x + 2 * L), load_as(d, k + x + 2 * L), acc2);
+    acc3 = hn::MulAdd(hn::LoadU(d, q + x + 3 * L), load_as(d, k + x + 3 * L), acc3);
+  }
+  for (; x + L <= dim; x += L) acc0 = hn::MulAdd(hn::LoadU(d, q + x), load_as(d, k + x), acc0);
+  return hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3));
+}
+
+// sum + q [dim] . k [dim] over the elements past dim's whole vectors, one after another.
+template <class T, class E>
+HWY_INLINE T score_tail(const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, std::int64_t dim, T sum) {
+  const auto L = static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  for (std::int64_t x = dim / L * L; x < dim; ++x) sum = mul_add(q[x], value_as<T>(k[x]), sum);
+  return sum;
+}
+
+// q . k over dim elements: score_lanes, the sum of its lanes (SumOfLanes), then score_tail. The
+// split-keys forward and the backward's tiles of decode shapes both take their scores from here or
+// score_dots, so that the backward recomputes bitwise the scores the forward's lse came from: with
+// different summation orders, scores of 1e8 in f32 (an ulp of 8) gave the backward P = exp(s -
+// lse) far above 1. k may be stored as bf16 or f16 (E, load_as-inl.h): the same arithmetic on the
+// same f32 values, so a KV cache read in place gives the bits of the cache converted first.
+// Inlined: a translator step's decode call (q [32, 1, 4, 32], 15 keys, 1920 scores) took 19.6-20.0
+// us with a call per score and 19.2-19.5 without (one thread, AMD EPYC Zen 5 VM, 2026-11-28).
+template <class T, class E>
+HWY_INLINE T score_dot(const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, std::int64_t dim) {
+  const hn::ScalableTag<T> d;
+  return score_tail(q, k, dim, hn::GetLane(hn::SumOfLanes(d, score_lanes(q, k, dim))));
+}
+
+// The most keys one score_dots call takes.
+inline constexpr std::int64_t kScoreRun = 16;
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The sums of the lanes of 16 vectors of 16 f32 lanes, v [16], as one vector (lane c: v[c]'s),
+// each pairing its lanes as Highway's SumOfLanes does on AVX-512 (_mm512_reduce_add_ps: lane i
+// with i + 8, then i + 4, i + 2 and i + 1), so each lane holds the bits of that vector's
+// SumOfLanes. Each level adds two vectors of pairs gathered from two: 15 adds and 30 shuffles for
+// the 16 sums, where 16 SumOfLanes take 64 of each. The operands of each add in SumOfLanes' order.
+HWY_INLINE hn::Vec512<float> sums_of_16(const hn::Vec512<float>* v) {
+  const hn::Full512<float> d;
+  const hn::Full512<std::int32_t> di;
+  // Lanes [0, 16) from a, [16, 32) from b.
+  const auto pick = [](hn::Vec512<float> a, hn::Vec512<std::int32_t> idx, hn::Vec512<float> b) {
+    return hn::Vec512<float>{_mm512_permutex2var_ps(a.raw, idx.raw, b.raw)};
+  };
+  // Level 1: r[j] = the pairs (i, i + 8) of v[2j] in lanes [0, 8), of v[2j + 1] in [8, 16).
+  hn::Vec512<float> r[8];
+  for (int j = 0; j < 8; ++j) {
+    r[j] = hn::Add(hn::ConcatUpperUpper(d, v[2 * j + 1], v[2 * j]),
+                   hn::ConcatLowerLower(d, v[2 * j + 1], v[2 * j]));
+  }
+  // Level 2: t[m] = the pairs (i, i + 4) of each 8-lane half of r[2m] and r[2m + 1]: vectors
+  // 4m .. 4m + 3 in 4 lanes each.
+  alignas(64) static constexpr std::int32_t kHalvesLow[16] = {0,  1,  2,  3,  8,  9,  10, 11,
+                                                              16, 17, 18, 19, 24, 25, 26, 27};
+  alignas(64) static constexpr std::int32_t kHalvesHigh[16] = {4,  5,  6,  7,  12, 13, 14, 15,
+                                                               20, 21, 22, 23, 28, 29, 30, 31};
+  const auto halves_low = hn::Load(di, kHalvesLow), halves_high = hn::Load(di, kHalvesHigh);
+  hn::Vec512<float> t[4];
+  for (int m = 0; m < 4; ++m) {
+    t[m] = hn::Add(pick(r[2 * m], halves_high, r[2 * m + 1]),
+                   pick(r[2 * m], halves_low, r[2 * m + 1]));
+  }
+  // Level 3: u[n] = the pairs (i, i + 2) of each 4-lane quarter: vectors 8n .. 8n + 7 in 2 lanes.
+  alignas(64) static constexpr std::int32_t kQuartersLow[16] = {0,  1,  4,  5,  8,  9,  12, 13,
+                                                                16, 17, 20, 21, 24, 25, 28, 29};
+  alignas(64) static constexpr std::int32_t kQuartersHigh[16] = {2,  3,  6,  7,  10, 11, 14, 15,
+                                                                 18, 19, 22, 23, 26, 27, 30, 31};
+  const auto quarters_low = hn::Load(di, kQuartersLow), quarters_high = hn::Load(di, kQuartersHigh);
+  hn::Vec512<float> u[2];
+  for (int n = 0; n < 2; ++n) {
+    u[n] = hn::Add(pick(t[2 * n], quarters_low, t[2 * n + 1]),
+                   pick(t[2 * n], quarters_high, t[2 * n + 1]));
+  }
+  // Level 4: the pairs (i, i + 1): vector c's sum in lane c.
+  return hn::Add(hn::ConcatEven(d, u[1], u[0]), hn::ConcatOdd(d, u[1], u[0]));
+}
+#endif
+
+// Whether this target sums the lanes of a run of scores in one tree (sums_of_16): AVX-512, f32.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+template <class T>
+inline constexpr bool kSharedSums = std::is_same_v<T, float>;
+#else
+template <class T>
+inline constexpr bool kSharedSums = false;
+#endif
+
+// s [n] <- score_dot(q, k + c ldk, dim) for the keys c in [0, n), n at most kScoreRun, bitwise.
+// Where kSharedSums<T>, from 6 keys up, the n lane sums share one tree (sums_of_16) instead of a
+// SumOfLanes each. 6: where the tree's ~45 operations undercut 8 a key; the driver of decode_impl's
+// `runs` (q [32, 1, 4, 32], one thread, AMD EPYC Zen 5 VM, 2026-11-29, us a call, key by key /
+// runs) measured Tk 6 12.5 / 12.4-12.7 and Tk 8 13.6-13.7 / 13.3: level at 6, ahead from 8.
+template <class T, class E>
+HWY_INLINE void score_dots(const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, std::int64_t ldk,
+                           std::int64_t n, std::int64_t dim, T* HWY_RESTRICT s) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (kSharedSums<T>) {
+    constexpr std::int64_t kMinShared = 6;
+    if (n >= kMinShared) {
+      const hn::Full512<float> d;
+      hn::Vec512<float> lanes[kScoreRun];
+      for (std::int64_t c = 0; c < kScoreRun; ++c) {
+        lanes[c] = c < n ? score_lanes(q, k + c * ldk, dim) : hn::Zero(d);
+      }
+      hn::BlendedStore(sums_of_16(lanes), hn::FirstN(d, static_cast<std::size_t>(n)), d, s);
+      if (dim % static_cast<std::int64_t>(hn::Lanes(d)) != 0) {
+        for (std::int64_t c = 0; c < n; ++c) s[c] = score_tail(q, k + c * ldk, dim, s[c]);
+      }
+      return;
+    }
+  }
+#endif
+  for (std::int64_t c = 0; c < n; ++c) s[c] = score_dot(q, k + c * ldk, dim);
+}
+
+}  // namespace qkv::kernels::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // QKV_KERNELSCPU_SCORE_DOT_INL_H_
