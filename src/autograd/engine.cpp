@@ -1,4 +1,5 @@
 // The tape: Var, NoGrad and the backward walk.
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_set>
@@ -90,9 +91,16 @@ Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<detail::Node
 const Tensor& Var::value() const { return detail::node_of(node_, "value()").value; }
 const Tensor& Var::grad() const {
   detail::node_of(node_, "grad()");
-  if (node_->grad_zeroed) {
-    node_->grad = Tensor::zeros(node_->value.shape(), node_->value.dtype());
-    node_->grad_zeroed = false;
+  // A const read, so several threads may read one leaf's gradient at once: the first to find the
+  // zeros owed makes them under a lock, and the others see them made (release / acquire). Backward
+  // and zero_grad write, and must not run beside readers, as for any tensor.
+  if (node_->grad_zeroed.load(std::memory_order_acquire)) {
+    static std::mutex making;
+    const std::lock_guard<std::mutex> lock(making);
+    if (node_->grad_zeroed.load(std::memory_order_relaxed)) {
+      node_->grad = Tensor::zeros(node_->value.shape(), node_->value.dtype());
+      node_->grad_zeroed.store(false, std::memory_order_release);
+    }
   }
   return node_->grad;
 }

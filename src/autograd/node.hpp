@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -18,8 +19,9 @@ struct Node {
   Tensor value;
   Tensor grad;  // leaves: accumulated over backward calls
   // Leaves after zero_grad: the gradient is zeros, made when grad() is read; the next backward
-  // pass writes its first contribution as the gradient instead of adding it to zeros.
-  bool grad_zeroed = false;
+  // pass writes its first contribution as the gradient instead of adding it to zeros. Atomic, so
+  // that threads reading grad() of one leaf at once make the zeros once (engine.cpp).
+  std::atomic<bool> grad_zeroed = false;
   Tensor pending;  // during a backward pass: the contributions received so far
   bool requires_grad = false;
   std::vector<std::shared_ptr<Node>> inputs;  // empty for leaves

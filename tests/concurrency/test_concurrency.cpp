@@ -183,6 +183,39 @@ TEST(Concurrency, ManyThreadsGiveTheSequentialResultsBitwise) {
   EXPECT_EQ(run_on_threads(2, sequential().works.size()), std::vector<std::string>{});
 }
 
+// Var::grad() after zero_grad makes the zeros it owes when first read (engine.cpp). Threads that
+// read one leaf's gradient at once all see one tensor of zeros; under ThreadSanitizer, making the
+// zeros without the lock is a data race.
+TEST(Concurrency, ThreadsReadingAZeroedGradientSeeOneTensorOfZeros) {
+  Generator gen(11);
+  for (int round = 0; round < 20; ++round) {
+    ag::Var w(Tensor::randn({32, 32}, gen), true);
+    ag::sum(w).backward();
+    w.zero_grad();
+    std::atomic<int> arrived{0};
+    std::vector<const void*> seen(kThreads, nullptr);
+    std::vector<double> total(kThreads, -1.0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        arrived.fetch_add(1);
+        while (arrived.load() < kThreads) std::this_thread::yield();
+        const Tensor& g = w.grad();
+        seen[static_cast<std::size_t>(t)] = g.data();
+        double sum = 0;
+        for (const double x : g.to_vector()) sum += x * x;
+        total[static_cast<std::size_t>(t)] = sum;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int t = 0; t < kThreads; ++t) {
+      EXPECT_EQ(seen[static_cast<std::size_t>(t)], seen[0]) << "round " << round << " thread " << t;
+      EXPECT_EQ(total[static_cast<std::size_t>(t)], 0.0) << "round " << round << " thread " << t;
+    }
+    EXPECT_NE(seen[0], nullptr);
+  }
+}
+
 // The kernels' pooled scratch (qkv::release_cached_memory, qkv/system.hpp): calls whose packed K
 // and V and dQ partials pass the pool's 2 MiB floor, running on several threads while another
 // thread empties the pool again and again, give bitwise the results of the same calls made
