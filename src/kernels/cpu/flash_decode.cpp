@@ -78,15 +78,17 @@ void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
                    bool runs, T* S) {
   const Dims& d = p.dims;
   const std::int64_t hk_lo = heads.lo / d.group(), hk_hi = heads.hi / d.group();
+  // Key c's V rows, and K's k_ahead keys on, asked of the cache.
+  const auto ask = [&](std::int64_t c) {
+    prefetch_key(v_rows, b, j0 + c, hk_lo, hk_hi, d.Dv);
+    if (k_ahead > 0 && j0 + c + k_ahead < d.Tk) {
+      prefetch_key(k_rows, b, j0 + c + k_ahead, hk_lo, hk_hi, d.D);
+    }
+  };
   if (kSharedSums<T> && runs) {
     for (std::int64_t c0 = 0; c0 < cols; c0 += kScoreRun) {
       const std::int64_t n = std::min(kScoreRun, cols - c0);
-      for (std::int64_t c = c0; c < c0 + n; ++c) {
-        prefetch_key(v_rows, b, j0 + c, hk_lo, hk_hi, d.Dv);
-        if (k_ahead > 0 && j0 + c + k_ahead < d.Tk) {
-          prefetch_key(k_rows, b, j0 + c + k_ahead, hk_lo, hk_hi, d.D);
-        }
-      }
+      for (std::int64_t c = c0; c < c0 + n; ++c) ask(c);
       for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
         const E* k = k_rows.at(b, j0 + c0, h / d.group());
         for (std::int64_t i = 0; i < live; ++i) {
@@ -97,10 +99,7 @@ void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
     }
   } else {
     for (std::int64_t c = 0; c < cols; ++c) {
-      prefetch_key(v_rows, b, j0 + c, hk_lo, hk_hi, d.Dv);
-      if (k_ahead > 0 && j0 + c + k_ahead < d.Tk) {
-        prefetch_key(k_rows, b, j0 + c + k_ahead, hk_lo, hk_hi, d.D);
-      }
+      ask(c);
       for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
         const E* k = k_rows.at(b, j0 + c, h / d.group());
         for (std::int64_t i = 0; i < live; ++i) {
