@@ -12,9 +12,11 @@
 
 namespace qkv::ops {
 
-// x [..., *normalized_shape], weight [*normalized_shape], bias [*normalized_shape] -> x's shape
-LayerNormSaved layer_norm_saving(const Tensor& x, const Shape& normalized_shape,
-                                 const Tensor& weight, const Tensor& bias, double eps) {
+namespace {
+
+// layer_norm_saving, with xhat left undefined unless keep_xhat.
+LayerNormSaved layer_norm_of(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                             const Tensor& bias, double eps, bool keep_xhat) {
   expect_floating(x, "x");
   const std::int64_t k = static_cast<std::int64_t>(normalized_shape.size());
   const Shape& xs = x.shape();
@@ -39,7 +41,7 @@ LayerNormSaved layer_norm_saving(const Tensor& x, const Shape& normalized_shape,
   const Tensor xv = x.contiguous();
   const Tensor wv = weight.defined() ? weight.contiguous() : Tensor();
   const Tensor bv = bias.defined() ? bias.contiguous() : Tensor();
-  LayerNormSaved r{Tensor::empty(xs, dtype), Tensor::empty(xs, dtype),
+  LayerNormSaved r{Tensor::empty(xs, dtype), keep_xhat ? Tensor::empty(xs, dtype) : Tensor(),
                    Tensor::empty({rows}, DType::f64)};
   dispatch(dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -48,16 +50,24 @@ LayerNormSaved layer_norm_saving(const Tensor& x, const Shape& normalized_shape,
       kernels::cpu::layer_norm_rows(
           xv.data_as<T>() + begin * n, end - begin, n, wv.defined() ? wv.data_as<T>() : nullptr,
           bv.defined() ? bv.data_as<T>() : nullptr, eps, r.out.data_as<T>() + begin * n,
-          r.xhat.data_as<T>() + begin * n, r.rstd.data_as<double>() + begin);
+          keep_xhat ? r.xhat.data_as<T>() + begin * n : nullptr, r.rstd.data_as<double>() + begin);
     });
   });
   return r;
 }
 
+}  // namespace
+
+// x [..., *normalized_shape], weight [*normalized_shape], bias [*normalized_shape] -> x's shape
+LayerNormSaved layer_norm_saving(const Tensor& x, const Shape& normalized_shape,
+                                 const Tensor& weight, const Tensor& bias, double eps) {
+  return layer_norm_of(x, normalized_shape, weight, bias, eps, true);
+}
+
 // x [..., *normalized_shape] -> x's shape
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
-  return layer_norm_saving(x, normalized_shape, weight, bias, eps).out;
+  return layer_norm_of(x, normalized_shape, weight, bias, eps, false).out;
 }
 
 }  // namespace qkv::ops

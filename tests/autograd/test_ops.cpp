@@ -439,6 +439,27 @@ TEST(LayerNorm, RowsHaveMeanZeroVarianceOneThenAffine) {
   EXPECT_NEAR(z.at({2, 5}), y.at({2, 5}) * w.at({5}) + b.at({5}), 1e-15);
 }
 
+// Where no backward will follow (NoGrad, or inputs that need no gradient), layer_norm keeps no
+// xhat (ops::layer_norm); its output is bitwise the recorded one's, in f32 and f64.
+TEST(LayerNorm, OutputIsTheSameWhetherRecordedOrNot) {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    const Tensor x = random({37, 128}, 93, -3, 3).to(dtype);
+    const Tensor w = random({128}, 94).to(dtype), b = random({128}, 95).to(dtype);
+    const Var recorded = ag::layer_norm(Var(x, true), {128}, Var(w, true), Var(b));
+    ASSERT_TRUE(recorded.requires_grad());
+    const Var constant = ag::layer_norm(Var(x), {128}, Var(w), Var(b));
+    EXPECT_FALSE(constant.requires_grad());
+    Var under_no_grad;
+    {
+      ag::NoGrad no_grad;
+      under_no_grad = ag::layer_norm(Var(x, true), {128}, Var(w, true), Var(b, true));
+    }
+    EXPECT_FALSE(under_no_grad.requires_grad());
+    EXPECT_EQ(constant.value().to_vector(), recorded.value().to_vector()) << dtype_name(dtype);
+    EXPECT_EQ(under_no_grad.value().to_vector(), recorded.value().to_vector()) << dtype_name(dtype);
+  }
+}
+
 TEST(Embedding, MatchesFiniteDifferencesWithRepeatedIndices) {
   const Tensor w = random({5, 3}, 100);
   const std::vector<std::int64_t> indices = {4, 0, 4, 2, 2, 2};

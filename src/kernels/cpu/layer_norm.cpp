@@ -48,7 +48,7 @@ void Forward(const T* x, std::int64_t rows, std::int64_t n, const T* w, const T*
     rstd[row] = r;
     ForLanes(n, [&](auto d, std::int64_t i) {
       const auto h = hn::Mul(hn::Sub(LoadDouble(d, xr, i), hn::Set(d, mean)), hn::Set(d, r));
-      StoreDouble(d, h, xhat + row * n, i);
+      if (xhat != nullptr) StoreDouble(d, h, xhat + row * n, i);
       auto o = w != nullptr ? hn::Mul(h, LoadDouble(d, w, i)) : h;
       if (b != nullptr) o = hn::Add(o, LoadDouble(d, b, i));
       StoreDouble(d, o, out + row * n, i);

@@ -10,7 +10,8 @@
 namespace qkv::kernels::cpu {
 
 // x [rows, n] -> per row: mean, var (both over n), rstd[row] = 1 / sqrt(var + eps),
-// xhat = (x - mean) rstd, out = xhat w + b (w, b [n], or null for 1 and 0).
+// xhat = (x - mean) rstd, out = xhat w + b (w, b [n], or null for 1 and 0). xhat [rows, n] may be
+// null: then it is not kept (a forward with no backward to follow).
 void layer_norm_rows(const float* x, std::int64_t rows, std::int64_t n, const float* w,
                      const float* b, double eps, float* out, float* xhat, double* rstd);
 void layer_norm_rows(const double* x, std::int64_t rows, std::int64_t n, const double* w,
