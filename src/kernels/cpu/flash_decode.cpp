@@ -436,6 +436,8 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
   // 16.4-17.0; 24 26.8-26.9 / 24.8-25.9; 64 60.0-62.2 / 54.7-54.9. A cache that does not fit
   // stays key by key: in runs, Tq 1, H 8, D 128, f16, 2 threads, Tk 4096 took 0.21-0.25 ms ->
   // 0.22-0.32, 8192 0.47-0.53 -> 0.78-1.30 (`qkv bench --decode-only --decode-tk 4096 8192`).
+  // Half of L2 is on the safe side: the driver's Tk 64 (1 MiB of K, read again call after call)
+  // still gained, Tk 4096 (8 MiB) lost, and nothing between them was measured.
   const bool runs =
       static_cast<double>(d.B * d.Tk * d.Hk * d.D) * static_cast<double>(sizeof(*k.data)) <=
       0.5 * static_cast<double>(cpu_features().l2_bytes);
