@@ -74,6 +74,14 @@ Var record(Tensor value, const std::vector<Var>& inputs, BackwardFn backward) {
   return Var(std::move(node));
 }
 
+bool recording(std::initializer_list<const Var*> inputs) {
+  if (!grad_mode) return false;
+  for (const Var* v : inputs) {
+    if (v->defined() && v->requires_grad()) return true;
+  }
+  return false;
+}
+
 Var record(Tensor value, std::initializer_list<const Var*> inputs, BackwardFn backward) {
   std::vector<Var> list;
   for (const Var* v : inputs) list.push_back(*v);

@@ -20,10 +20,7 @@ namespace cpu_kernels = qkv::kernels::cpu;
 Var layer_norm(const Var& x, const Shape& normalized_shape, const Var& weight, const Var& bias,
                double eps) {
   // rstd = 1 / sqrt(var + eps); xhat = (x - mean) * rstd; out = xhat * w + b
-  const bool recorded =
-      grad_enabled() && (x.requires_grad() || (weight.defined() && weight.requires_grad()) ||
-                         (bias.defined() && bias.requires_grad()));
-  if (!recorded) {  // nothing to save for a backward (decoding under NoGrad)
+  if (!detail::recording({&x, &weight, &bias})) {  // nothing to save for a backward (NoGrad)
     return Var(
         ops::layer_norm(x.value(), normalized_shape, weight.defined() ? weight.value() : Tensor(),
                         bias.defined() ? bias.value() : Tensor(), eps),

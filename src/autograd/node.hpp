@@ -39,5 +39,8 @@ struct Node {
 // nodes are owned only through `inputs`.
 Var record(Tensor value, std::initializer_list<const Var*> inputs, BackwardFn backward);
 Var record(Tensor value, const std::vector<Var>& inputs, BackwardFn backward);
+// Whether record would keep a backward over these inputs: an op may skip what only its backward
+// needs where it would not (undefined inputs allowed).
+bool recording(std::initializer_list<const Var*> inputs);
 
 }  // namespace qkv::autograd::detail
