@@ -74,5 +74,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // xs [..., n_i, ...] (equal elsewhere, one dtype, any of f64, f32, bf16, f16) ->
 // [..., sum n_i, ...] along dim.
 Tensor concat(const std::vector<Tensor>& xs, std::int64_t dim);
+// The valid rows of a padded batch, packed one sequence after another, and back (PyTorch's
+// nested tensors, FlashAttention's varlen layout): a batch of B sequences padded to T holds
+// n = sum(lengths) tokens, and the row-wise parts of a Transformer layer need only those.
+// x [B, T, ...], lengths [B] in [0, T] -> [n, ...]: rows (b, t < lengths[b]) in order.
+Tensor pack_rows(const Tensor& x, const std::vector<std::int64_t>& lengths);
+// x [n, ...] -> [B, T, ...]: pack_rows undone, zeros past each length.
+Tensor unpack_rows(const Tensor& x, const std::vector<std::int64_t>& lengths, std::int64_t T);
 
 }  // namespace qkv::ops

@@ -1,4 +1,5 @@
-// reshape, permute, split_heads, merge_heads, concat, slice: moves of elements, no arithmetic.
+// reshape, permute, split_heads, merge_heads, concat, slice, pack_rows, unpack_rows: moves of
+// elements, no arithmetic.
 #include <string>
 #include <vector>
 
@@ -98,6 +99,23 @@ Var slice(const Var& x, std::int64_t dim, std::int64_t start, std::int64_t end, 
     Tensor dx = Tensor::zeros(x_shape, g.dtype());
     dx.slice(d, start, end, step).copy_from(g);
     return std::vector<Tensor>{dx};
+  });
+}
+
+// x [B, T, ...] -> [n, ...]
+Var pack_rows(const Var& x, const std::vector<std::int64_t>& lengths) {
+  const std::int64_t T = x.dim() >= 2 ? x.size(1) : 0;
+  // out = x's rows (b, t < lengths[b]), in order
+  return detail::record(ops::pack_rows(x.value(), lengths), {&x}, [=](const Tensor& g) {
+    return std::vector<Tensor>{ops::unpack_rows(g, lengths, T)};
+  });
+}
+
+// x [n, ...] -> [B, T, ...]
+Var unpack_rows(const Var& x, const std::vector<std::int64_t>& lengths, std::int64_t T) {
+  // out[b, t] = x's row sum(lengths[:b]) + t for t < lengths[b], else 0
+  return detail::record(ops::unpack_rows(x.value(), lengths, T), {&x}, [=](const Tensor& g) {
+    return std::vector<Tensor>{ops::pack_rows(g, lengths)};
   });
 }
 

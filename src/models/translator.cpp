@@ -124,9 +124,25 @@ Var Translator::embed(const nn::Embedding& table, const std::vector<std::int64_t
   return x + Var(positions_.slice(0, start, start + length));
 }
 
+// Where no backward follows, the encoder computes the source's words alone (packed, ops::pack_rows)
+// once padding is at least this fraction of the batch: rows past a length then cost no products,
+// layer norms or feed-forward, and the memory there is 0. qkv demo's translator encoding 64
+// sentences of up to 27 words, packed time over padded (medians of 120 alternated calls, AMD EPYC
+// Zen 4, 2026-11-29), for 6 / 8 / 18 / 26 / 51% padding: 2 threads 1.06 / 1.02 / 0.92 / 0.90 /
+// 0.72, 1 thread 1.00 / 0.97 / 0.88 / 0.82 / 0.58.
+constexpr double kPackPadding = 0.1;
+
 // source ids [B, S] -> memory [B, S, E]
 Var Translator::encode(const Batch& source) {
   Var x = embed(source_embedding_, source.ids, source.batch, source.length, 0);
+  std::int64_t words = 0;
+  for (const std::int64_t l : source.lengths) words += l;
+  const std::int64_t slots = source.batch * source.length;
+  if (!ag::grad_enabled() && static_cast<double>(slots - words) >= kPackPadding * slots) {
+    Var rows = ag::pack_rows(x, source.lengths);  // [words, E]
+    for (auto& layer : encoder_) rows = layer->forward_packed(rows, source.lengths, source.length);
+    return ag::unpack_rows(encoder_norm_(rows), source.lengths, source.length);
+  }
   nn::AttentionCall call;
   call.key_lengths = source.lengths;
   for (auto& layer : encoder_) x = layer->forward(x, call);
@@ -165,7 +181,9 @@ DecoderCache Translator::start_decoding(const Var& memory,
   }
   DecoderCache cache;
   cache.source_lengths = source_lengths;
-  for (const auto& layer : decoder_) cache.layers.push_back(layer->start(memory, max_length));
+  for (const auto& layer : decoder_) {
+    cache.layers.push_back(layer->start(memory, max_length, source_lengths));
+  }
   return cache;
 }
 

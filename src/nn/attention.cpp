@@ -347,4 +347,45 @@ AttentionResult MultiheadAttention::attend(const Var& q, const Var& k, const Var
   return result;
 }
 
+// x [n, E] -> [n, E]
+Var MultiheadAttention::forward_packed(const Var& x, const std::vector<std::int64_t>& lengths,
+                                       std::int64_t T) {
+  const std::int64_t E = config_.embed_dim;
+  if (config_.kind != AttentionKind::softmax) {
+    throw Error("kind", "AttentionKind::softmax for packed rows",
+                config_.kind == AttentionKind::linear ? "linear" : "materialized");
+  }
+  if (config_.position == PositionEncoding::rope) {
+    throw Error("position", "none or alibi for packed rows (RoPE would rotate by packed positions)",
+                "rope");
+  }
+  if (x.dim() != 2 || x.size(1) != E) {
+    throw Error("x", "[n, " + str(E) + "]", shape_string(x.shape()));
+  }
+  const std::int64_t n = x.size(0), B = static_cast<std::int64_t>(lengths.size());
+  const auto [q, k, v] = project_self(ag::reshape(x, {1, n, E}));  // [1, n, H, D] each
+  const auto padded = [&](const Var& y) {                          // [1, n, H, D] -> [B, T, H, D]
+    return ag::unpack_rows(ag::reshape(y, {n, y.size(2), head_dim_}), lengths, T);
+  };
+  AttentionCall call;
+  call.key_lengths = lengths;
+  AttentionOptions options = attention_options(call, B, config_.num_heads, T, T, config_.dtype);
+  // Rows past a length are skipped, except under ALiBi, whose diagonal forward() places from the
+  // padded query length.
+  if (config_.position == PositionEncoding::alibi) {
+    options.alibi_slopes = alibi_slopes(config_.num_heads);
+  } else {
+    options.query_lengths = lengths;
+  }
+  if (training() && config_.dropout > 0) {
+    options.dropout_p = config_.dropout;
+    options.seed = seed_;
+    options.offset = calls_++;
+  }
+  const Var attended = ag::attention(padded(q), padded(k), padded(v), options);  // [B, T, H, D]
+  const Var rows = ag::pack_rows(attended, lengths);                             // [n, H, D]
+  return ag::reshape(
+      out_proj_(ag::merge_heads(ag::reshape(rows, {1, n, config_.num_heads, head_dim_}))), {n, E});
+}
+
 }  // namespace qkv::nn

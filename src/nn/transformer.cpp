@@ -60,6 +60,22 @@ Var TransformerEncoderLayer::forward(const Var& src, const AttentionCall& call) 
   return x;
 }
 
+// x [n, E] -> [n, E]
+Var TransformerEncoderLayer::forward_packed(const Var& x, const std::vector<std::int64_t>& lengths,
+                                            std::int64_t T) {
+  const auto sa = [&](const Var& h) { return dropout1_(self_attn_.forward_packed(h, lengths, T)); };
+  const auto ff = [&](const Var& h) { return dropout2_(ff_(h)); };
+  Var y = x;
+  if (config_.norm_first) {
+    y = y + sa(norm1_(y));
+    y = y + ff(norm2_(y));
+  } else {
+    y = norm1_(y + sa(y));
+    y = norm2_(y + ff(y));
+  }
+  return y;
+}
+
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerConfig& config,
                                                  Generator& generator)
     : config_(config),
@@ -121,16 +137,33 @@ Var TransformerDecoderLayer::forward(const Var& tgt, const Var& memory,
 }
 
 // memory [N, S, E] -> cross_k, cross_v [N, S, H, D]; self_k, self_v [N, max_length, H, D]
-DecoderLayerCache TransformerDecoderLayer::start(const Var& memory, std::int64_t max_length) const {
+DecoderLayerCache TransformerDecoderLayer::start(
+    const Var& memory, std::int64_t max_length,
+    const std::vector<std::int64_t>& memory_lengths) const {
   if (max_length < 1) throw Error("max_length", ">= 1", std::to_string(max_length));
   const MultiheadAttentionConfig& a = self_attn_.config();
   const Shape self_shape = {memory.size(0), max_length, a.num_kv_heads, a.embed_dim / a.num_heads};
   DecoderLayerCache cache;
   cache.self_k = Tensor::empty(self_shape, a.dtype);
   cache.self_v = Tensor::empty(self_shape, a.dtype);
-  const auto [k, v] = multihead_attn_.project_key_value(memory, memory);
-  cache.cross_k = k.value();
-  cache.cross_v = v.value();
+  if (memory_lengths.empty()) {
+    const auto [k, v] = multihead_attn_.project_key_value(memory, memory);
+    cache.cross_k = k.value();
+    cache.cross_v = v.value();
+    return cache;
+  }
+  // The valid rows as one sequence [1, n, E]: k and v [1, n, Hk, D], each row the bits of the
+  // padded projection's.
+  const Var rows = autograd::pack_rows(memory, memory_lengths);
+  const Var packed = autograd::reshape(rows, {1, rows.size(0), memory.size(2)});
+  const auto [k, v] = multihead_attn_.project_key_value(packed, packed);
+  const auto padded = [&](const Var& y) {
+    return autograd::unpack_rows(autograd::reshape(y, {y.size(1), y.size(2), y.size(3)}),
+                                 memory_lengths, memory.size(1))
+        .value();
+  };
+  cache.cross_k = padded(k);
+  cache.cross_v = padded(v);
   return cache;
 }
 

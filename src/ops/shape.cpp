@@ -1,4 +1,5 @@
-// concat: tensors joined along one dimension.
+// concat: tensors joined along one dimension; pack_rows and unpack_rows: a padded batch's valid
+// rows gathered and scattered back.
 #include <string>
 
 #include "ops/tensor_math.hpp"
@@ -34,6 +35,69 @@ Tensor concat(const std::vector<Tensor>& xs, std::int64_t dim) {
   for (const Tensor& x : xs) {
     out.slice(d, start, start + x.size(d)).copy_from(x);
     start += x.size(d);
+  }
+  return out;
+}
+
+namespace {
+
+// The sum of lengths, each checked to lie in [0, T].
+std::int64_t total_of(const std::vector<std::int64_t>& lengths, std::int64_t T) {
+  std::int64_t n = 0;
+  for (const std::int64_t l : lengths) {
+    if (l < 0 || l > T) {
+      throw Error("lengths", "each in [0, " + std::to_string(T) + "]", std::to_string(l));
+    }
+    n += l;
+  }
+  return n;
+}
+
+}  // namespace
+
+// x [B, T, ...] -> [n, ...]
+Tensor pack_rows(const Tensor& x, const std::vector<std::int64_t>& lengths) {
+  expect_any_floating(x, "x");
+  if (x.dim() < 2) throw Error("x", "[B, T, ...]", shape_string(x.shape()));
+  const std::int64_t B = x.size(0), T = x.size(1);
+  if (static_cast<std::int64_t>(lengths.size()) != B) {
+    throw Error("lengths", std::to_string(B) + " lengths (x's batch)",
+                std::to_string(lengths.size()));
+  }
+  Shape shape(x.shape().begin() + 1, x.shape().end());
+  shape[0] = total_of(lengths, T);
+  Tensor out = Tensor::empty(shape, x.dtype());
+  std::int64_t at = 0;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t l = lengths[static_cast<std::size_t>(b)];
+    // out[at : at + l] = x[b, :l]
+    if (l > 0) out.slice(0, at, at + l).unsqueeze(0).copy_from(x.slice(0, b, b + 1).slice(1, 0, l));
+    at += l;
+  }
+  return out;
+}
+
+// x [n, ...] -> [B, T, ...]
+Tensor unpack_rows(const Tensor& x, const std::vector<std::int64_t>& lengths, std::int64_t T) {
+  expect_any_floating(x, "x");
+  if (T < 0) throw Error("T", ">= 0", std::to_string(T));
+  const std::int64_t n = total_of(lengths, T);
+  if (x.dim() < 1 || x.size(0) != n) {
+    throw Error("x", "[" + std::to_string(n) + ", ...] (the sum of lengths)",
+                shape_string(x.shape()));
+  }
+  const auto B = static_cast<std::int64_t>(lengths.size());
+  Shape shape = {B, T};
+  shape.insert(shape.end(), x.shape().begin() + 1, x.shape().end());
+  Tensor out = Tensor::empty(shape, x.dtype());
+  std::int64_t at = 0;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t l = lengths[static_cast<std::size_t>(b)];
+    const Tensor row = out.slice(0, b, b + 1);  // [1, T, ...]
+    // out[b, :l] = x[at : at + l]; out[b, l:] = 0
+    if (l > 0) row.slice(1, 0, l).copy_from(x.slice(0, at, at + l).unsqueeze(0));
+    if (l < T) row.slice(1, l, T).fill(0.0);
+    at += l;
   }
   return out;
 }

@@ -334,6 +334,19 @@ TEST(Shape, ReshapePermuteHeadsConcatSliceMatchFiniteDifferences) {
                      },
                      {x});
   }
+  const std::vector<std::int64_t> lengths = {3, 1};  // x [2, 3, 4] padded to T = 3
+  expect_gradcheck("pack_rows",
+                   [&](const std::vector<Var>& v) {
+                     const Var p = ag::pack_rows(v[0], lengths);
+                     return p * p;
+                   },
+                   {x});
+  expect_gradcheck("unpack_rows",
+                   [&](const std::vector<Var>& v) {
+                     const Var u = ag::unpack_rows(ag::reshape(v[0], {3, 2, 2}), {1, 2}, 4);
+                     return u * u;
+                   },
+                   {random({3, 4}, 55)});
 }
 
 TEST(Shape, ForwardValues) {

@@ -253,6 +253,36 @@ TEST(Translator, RejectsBadArguments) {
   EXPECT_THROW(make_batch({{}}), Error);
 }
 
+// Without a backward to follow, encode computes the source words alone (packed): the memory's
+// valid rows are bitwise those of the padded encoder, which runs where a backward follows, and
+// its rows past each length are 0.
+TEST(Translator, EncodingWithoutABackwardSkipsThePaddingWithTheSameBits) {
+  Translator model(small_config());
+  model.eval();
+  std::vector<std::vector<std::int64_t>> sources;
+  for (int b = 0; b < 9; ++b) {
+    std::vector<std::int64_t> s;
+    for (int t = 0; t < 2 + (b * 4) % 11; ++t) s.push_back(4 + (b * 3 + t * 5) % kSymbols);
+    sources.push_back(s);
+  }
+  const Batch batch = make_batch(sources);
+  const Tensor padded = model.encode(batch).value();  // recorded: the padded encoder
+  Tensor packed;
+  {
+    autograd::NoGrad no_grad;
+    packed = model.encode(batch).value();
+  }
+  ASSERT_EQ(packed.shape(), padded.shape());
+  EXPECT_EQ(ops::pack_rows(packed, batch.lengths).to_vector(),
+            ops::pack_rows(padded, batch.lengths).to_vector());
+  for (std::int64_t b = 0; b < batch.batch; ++b) {
+    const std::int64_t l = batch.lengths[static_cast<std::size_t>(b)];
+    const std::vector<double> tail =
+        packed.slice(0, b, b + 1).slice(1, l, batch.length).contiguous().to_vector();
+    EXPECT_EQ(tail, std::vector<double>(tail.size(), 0.0)) << "sentence " << b;
+  }
+}
+
 // A decoding step's rows go through the decoder in groups, one per thread: the logits and the
 // cross-attention weights are bitwise those of the whole batch on one thread, for 1 to 4 threads
 // and a row count no group count divides.

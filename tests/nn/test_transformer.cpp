@@ -1,5 +1,6 @@
 // Encoder and decoder layers: PyTorch's parameter names, the pre-norm and post-norm formulas
 // recomposed from the layer's own submodules' math, gradients (f64), dropout modes.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,113 @@ TEST(TransformerEncoderLayer, NamesFormulaAndGradients) {
   }
 }
 
+// The valid rows of the padded forward, packed, for comparison with forward_packed.
+std::vector<double> valid_rows(const Tensor& padded, const std::vector<std::int64_t>& lengths) {
+  return ops::pack_rows(padded, lengths).to_vector();
+}
+
+TEST(TransformerEncoderLayer, PackedRowsAreBitwiseThePaddedForwardsRows) {
+  // f32 at two sizes (7 rows against 15 padded: products of one strip; 91 against 160), and f64.
+  struct Case {
+    DType dtype;
+    std::int64_t d_model, heads, T;
+    std::vector<std::int64_t> lengths;
+  };
+  for (const Case& k :
+       {Case{DType::f32, 8, 2, 5, {5, 2, 0}}, Case{DType::f32, 32, 4, 40, {40, 17, 1, 33}},
+        Case{DType::f64, 8, 2, 6, {3, 6}}}) {
+    for (const bool norm_first : {false, true}) {
+      nn::TransformerLayerConfig c = config(norm_first);
+      c.d_model = k.d_model;
+      c.nhead = k.heads;
+      c.dim_feedforward = 2 * k.d_model;
+      c.dtype = k.dtype;
+      Generator gen(4);
+      nn::TransformerEncoderLayer layer(c, gen);
+      const auto B = static_cast<std::int64_t>(k.lengths.size());
+      const Tensor x = random({B, k.T, k.d_model}, 6).to(k.dtype);
+      nn::AttentionCall call;
+      call.key_lengths = k.lengths;
+      const Tensor padded = layer.forward(Var(x), call).value();
+      const Var packed = layer.forward_packed(Var(ops::pack_rows(x, k.lengths)), k.lengths, k.T);
+      EXPECT_EQ(packed.value().to_vector(), valid_rows(padded, k.lengths))
+          << "d_model " << k.d_model << " norm_first " << norm_first;
+    }
+  }
+}
+
+TEST(TransformerEncoderLayer, PackedRowsGradientsMatchCentralDifferences) {
+  const std::vector<std::int64_t> lengths = {4, 1, 3};
+  for (const bool norm_first : {false, true}) {
+    Generator gen(5);
+    nn::TransformerEncoderLayer layer(config(norm_first), gen);
+    randomize(layer, 300);
+    const Tensor x = random({3, 4, 8}, 7);
+    expect_module_gradients("packed", layer, [&] {
+      return layer.forward_packed(Var(ops::pack_rows(x, lengths)), lengths, 4);
+    });
+    expect_gradcheck("packed input",
+                     [&](const std::vector<Var>& in) {
+                       return layer.forward_packed(ag::pack_rows(in[0], lengths), lengths, 4);
+                     },
+                     {x});
+  }
+}
+
+// MultiheadAttention alone, with what the encoder layers above do not configure: ALiBi (whose
+// diagonal follows the padded query length) and grouped key/value heads.
+TEST(MultiheadAttention, PackedRowsAreBitwiseThePaddedForwardsRowsWithALiBiAndGroupedHeads) {
+  for (const nn::PositionEncoding position :
+       {nn::PositionEncoding::none, nn::PositionEncoding::alibi}) {
+    nn::MultiheadAttentionConfig c;
+    c.embed_dim = 16;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.position = position;
+    Generator gen(9);
+    nn::MultiheadAttention mha(c, gen);
+    const std::vector<std::int64_t> lengths = {3, 7, 1};
+    const Tensor x = random({3, 7, 16}, 11).to(DType::f32);
+    nn::AttentionCall call;
+    call.key_lengths = lengths;
+    const Tensor padded = mha.forward(Var(x), Var(x), Var(x), call).out.value();
+    const Tensor packed = mha.forward_packed(Var(ops::pack_rows(x, lengths)), lengths, 7).value();
+    EXPECT_EQ(packed.to_vector(), valid_rows(padded, lengths))
+        << "ALiBi " << (position == nn::PositionEncoding::alibi);
+  }
+}
+
+// The argument a call's qkv::Error names, or "no error".
+std::string refused(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.argument();
+  }
+  return "no error";
+}
+
+TEST(MultiheadAttention, PackedRowsRefuseWhatTheyCannotDo) {
+  Generator gen(6);
+  nn::MultiheadAttentionConfig rope;
+  rope.embed_dim = 8;
+  rope.num_heads = 2;
+  rope.position = nn::PositionEncoding::rope;
+  nn::MultiheadAttention with_rope(rope, gen);
+  const Var x(random({5, 8}, 8).to(DType::f32));
+  EXPECT_EQ(refused([&] { with_rope.forward_packed(x, {2, 3}, 3); }), "position");
+  nn::MultiheadAttentionConfig plain = rope;
+  plain.position = nn::PositionEncoding::none;
+  nn::MultiheadAttention mha(plain, gen);
+  EXPECT_EQ(refused([&] { mha.forward_packed(Var(random({5, 7}, 9)), {2, 3}, 3); }), "x");
+  EXPECT_EQ(refused([&] { mha.forward_packed(x, {2, 4}, 3); }), "lengths");
+  EXPECT_EQ(mha.forward_packed(x, {2, 3}, 3).shape(), (Shape{5, 8}));
+  nn::MultiheadAttentionConfig linear = plain;
+  linear.kind = nn::AttentionKind::linear;
+  nn::MultiheadAttention linear_mha(linear, gen);
+  EXPECT_EQ(refused([&] { linear_mha.forward_packed(x, {2, 3}, 3); }), "kind");
+}
+
 TEST(TransformerDecoderLayer, NamesAndGradients) {
   for (const bool norm_first : {false, true}) {
     Generator gen(2);
@@ -117,6 +225,25 @@ TEST(TransformerDecoderLayer, NamesAndGradients) {
     EXPECT_EQ(layer.forward(Var(tgt), Var(memory), tgt_call, memory_call).value().to_vector(),
               layer.forward(Var(tgt), Var(other), tgt_call, memory_call).value().to_vector());
   }
+}
+
+// Given the memory's lengths, start projects only the valid rows: the same bits there, 0 past.
+TEST(TransformerDecoderLayer, StartWithLengthsProjectsTheValidRowsAlone) {
+  nn::TransformerLayerConfig c = config(true);
+  c.dtype = DType::f32;
+  Generator gen(8);
+  nn::TransformerDecoderLayer layer(c, gen);
+  const std::vector<std::int64_t> lengths = {5, 2, 4};
+  const Tensor memory = random({3, 5, 8}, 10).to(DType::f32);
+  const nn::DecoderLayerCache all = layer.start(Var(memory), 3);
+  const nn::DecoderLayerCache valid = layer.start(Var(memory), 3, lengths);
+  for (const auto& [a, v] : {std::pair{all.cross_k, valid.cross_k}, {all.cross_v, valid.cross_v}}) {
+    ASSERT_EQ(v.shape(), a.shape());
+    EXPECT_EQ(ops::pack_rows(v, lengths).to_vector(), ops::pack_rows(a, lengths).to_vector());
+    const std::vector<double> pad = v.slice(0, 1, 2).slice(1, 2, 5).contiguous().to_vector();
+    EXPECT_EQ(pad, std::vector<double>(pad.size(), 0.0));
+  }
+  EXPECT_THROW(layer.start(Var(memory), 3, {5, 6, 1}), Error);
 }
 
 TEST(TransformerEncoderLayer, DropoutInTrainingOnly) {

@@ -329,5 +329,45 @@ TEST(OpsConcat, PiecesComeBackAsSlices) {
   expect_message_names([] { ops::concat({}, 0); }, "xs");
 }
 
+TEST(OpsPackRows, ValidRowsComeOutInOrderAndGoBackWithZerosPastEachLength) {
+  const Tensor x = random({3, 4, 2, 3}, 93);  // [B, T, H, D]
+  const std::vector<std::int64_t> lengths = {2, 0, 4};
+  const Tensor packed = ops::pack_rows(x, lengths);
+  ASSERT_EQ(packed.shape(), (Shape{6, 2, 3}));
+  // Row r of the packed rows is (b, t) in batch order.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> rows = {{0, 0}, {0, 1}, {2, 0},
+                                                                   {2, 1}, {2, 2}, {2, 3}};
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto [b, t] = rows[r];
+    EXPECT_EQ(packed.slice(0, r, r + 1).contiguous().to_vector(),
+              x.slice(0, b, b + 1).slice(1, t, t + 1).contiguous().to_vector())
+        << "row " << r;
+  }
+  const Tensor back = ops::unpack_rows(packed, lengths, 4);
+  ASSERT_EQ(back.shape(), x.shape());
+  for (std::int64_t b = 0; b < 3; ++b) {
+    for (std::int64_t t = 0; t < 4; ++t) {
+      const std::vector<double> row =
+          back.slice(0, b, b + 1).slice(1, t, t + 1).contiguous().to_vector();
+      if (t < lengths[static_cast<std::size_t>(b)]) {
+        EXPECT_EQ(row, x.slice(0, b, b + 1).slice(1, t, t + 1).contiguous().to_vector());
+      } else {
+        EXPECT_EQ(row, std::vector<double>(6, 0.0)) << "b " << b << " t " << t;
+      }
+    }
+  }
+  // A strided view packs as its contiguous copy; a bf16 batch keeps its dtype.
+  const Tensor view = x.transpose(2, 3);
+  EXPECT_EQ(ops::pack_rows(view, lengths).to_vector(),
+            ops::pack_rows(view.contiguous(), lengths).to_vector());
+  EXPECT_EQ(ops::pack_rows(x.to(DType::bf16), lengths).dtype(), DType::bf16);
+  EXPECT_EQ(ops::pack_rows(x, {4, 4, 4}).to_vector(), x.to_vector());
+  expect_message_names([&] { ops::pack_rows(x, {1, 2}); }, "lengths");
+  expect_message_names([&] { ops::pack_rows(x, {1, 5, 0}); }, "lengths");
+  expect_message_names([&] { ops::pack_rows(random({3}, 1), {1, 1, 1}); }, "x");
+  expect_message_names([&] { ops::unpack_rows(packed, lengths, 3); }, "lengths");
+  expect_message_names([&] { ops::unpack_rows(packed, {2, 1, 4}, 4); }, "x");
+}
+
 }  // namespace
 }  // namespace qkv::testing

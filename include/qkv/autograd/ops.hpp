@@ -97,6 +97,10 @@ Var concat(const std::vector<Var>& xs, std::int64_t dim);
 // x [..., n, ...] -> the elements start, start + step, ... below end along dim (Python bounds).
 Var slice(const Var& x, std::int64_t dim, std::int64_t start, std::int64_t end,
           std::int64_t step = 1);
+// ops::pack_rows and ops::unpack_rows: x [B, T, ...] -> [sum(lengths), ...] and back, each
+// the other's backward.
+Var pack_rows(const Var& x, const std::vector<std::int64_t>& lengths);
+Var unpack_rows(const Var& x, const std::vector<std::int64_t>& lengths, std::int64_t T);
 
 // --- masked_fill.cpp ------------------------------------------------------------------------
 // x [...], mask boolean broadcastable to x's shape -> x with value where mask is true (PyTorch's

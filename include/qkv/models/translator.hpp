@@ -50,7 +50,10 @@ class Translator : public Seq2Seq {
   explicit Translator(const TranslatorConfig& config);
   const TranslatorConfig& config() const noexcept { return config_; }
 
-  // source ids [B, S] -> memory [B, S, E] (padding ignored through the source lengths)
+  // source ids [B, S] -> memory [B, S, E] (padding ignored through the source lengths). Where no
+  // backward follows (NoGrad), a batch with enough padding is encoded with its words packed
+  // together (ops::pack_rows): the same bits at every word, and 0 past each length, where nothing
+  // reads the memory.
   Var encode(const Batch& source) override;
   // Teacher forcing: memory [B, S, E], target inputs [B, T] (<bos> y1 .. y_{T-1}) -> logits
   // [B, T, V]. With cross_weights, the last decoder layer's cross-attention [B, H, T, S].

@@ -103,6 +103,12 @@ class MultiheadAttention : public Module {
   // weights, one product over the whole in_proj_weight (views of its output), with the bits of
   // the three.
   std::tuple<Var, Var, Var> project_self(const Var& x, std::int64_t position_start = 0) const;
+  // Self-attention over the valid tokens of a padded batch, packed (ops::pack_rows): x [n, E],
+  // the rows (b, t < lengths[b]) of a [B, T, E] batch in order -> out [n, E], bitwise the rows
+  // forward(padded, padded, padded) gives there with key_lengths = lengths. The projections take
+  // n rows instead of B T; the attention runs on [B, T] and skips rows past each length. Softmax
+  // attention without RoPE (whose positions would be the packed ones).
+  Var forward_packed(const Var& x, const std::vector<std::int64_t>& lengths, std::int64_t T);
   // q [B, Tq, Hq, D], k and v [B, Tk, Hk, D] (any strides) -> out [B, Tq, E]
   AttentionResult attend(const Var& q, const Var& k, const Var& v, const AttentionCall& call = {});
   const MultiheadAttentionConfig& config() const noexcept { return config_; }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "qkv/nn/attention.hpp"
 #include "qkv/nn/layers.hpp"
@@ -36,6 +37,11 @@ class TransformerEncoderLayer : public Module {
   TransformerEncoderLayer(const TransformerLayerConfig& config, Generator& generator);
   // src [B, T, E] -> [B, T, E]; call: src_mask / src_key_padding_mask / is_causal
   Var forward(const Var& src, const AttentionCall& call = {});
+  // forward() over the valid tokens of a padded batch, packed (ops::pack_rows): x [n, E], the rows
+  // (b, t < lengths[b]) of a [B, T, E] batch in order -> [n, E], bitwise forward()'s rows there
+  // with key_lengths = lengths (in training with dropout, the masks are drawn over the packed
+  // rows). Only the attention sees the padding. MultiheadAttention::forward_packed's limits.
+  Var forward_packed(const Var& x, const std::vector<std::int64_t>& lengths, std::int64_t T);
 
  private:
   TransformerLayerConfig config_;
@@ -65,7 +71,10 @@ class TransformerDecoderLayer : public Module {
 
   // Incremental decoding, one token per call, the same function as forward() with a causal
   // tgt_call. memory [N, S, E] -> a cache for up to max_length tokens.
-  DecoderLayerCache start(const Var& memory, std::int64_t max_length) const;
+  // With memory_lengths [N] (the source lengths), rows of cross_k and cross_v past each length
+  // are 0 and their projections skipped (cross-attention with those key lengths never reads them).
+  DecoderLayerCache start(const Var& memory, std::int64_t max_length,
+                          const std::vector<std::int64_t>& memory_lengths = {}) const;
   // x [N, 1, E], the token at `position` -> [N, 1, E]; its keys and values join the cache, and its
   // one query attends to every cached key (no mask needed). cross_weights as in forward().
   Var step(const Var& x, DecoderLayerCache& cache, std::int64_t position,
