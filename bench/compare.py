@@ -32,15 +32,23 @@ import qkv.torch
 
 
 def cpu_model() -> str:
-    """The CPU's model name as /proc/cpuinfo gives it ("unknown" where there is none)."""
+    """The CPU's model name as /proc/cpuinfo gives it, with its family and model numbers where it
+    has them ("AMD EPYC (family 25, model 17)": a VM may name Zen 4 and Zen 5 alike), as qkv's
+    cpu_model() gives it; "unknown" where there is no name."""
+    fields = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return "unknown"
+    name = fields.get("model name") or "unknown"
+    if name != "unknown" and "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def timed(fn: Callable[[], object]) -> float:

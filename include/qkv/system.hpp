@@ -5,8 +5,9 @@
 
 namespace qkv {
 
-// The CPU's model name as /proc/cpuinfo gives it ("AMD EPYC 7B13"), "unknown" where it cannot
-// be read: what every measurement carries.
+// The CPU's model name as /proc/cpuinfo gives it, with its family and model numbers where it has
+// them ("AMD EPYC 7B13 (family 25, model 1)": a VM may name Zen 4 and Zen 5 both "AMD EPYC"),
+// "unknown" where it cannot be read: what every measurement carries.
 std::string cpu_model();
 
 // The SIMD instruction sets Highway finds usable on this CPU, best first ("AVX3", "AVX2", ...).

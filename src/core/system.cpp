@@ -4,22 +4,28 @@
 
 #include <cstdint>
 #include <fstream>
+#include <map>
+#include <string>
 
 namespace qkv {
 
 std::string cpu_model() {
   std::ifstream cpuinfo("/proc/cpuinfo");
+  std::map<std::string, std::string> fields;  // the first processor's block
   std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const std::size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        const std::size_t start = line.find_first_not_of(' ', colon + 1);
-        if (start != std::string::npos) return line.substr(start);
-      }
-    }
+  while (std::getline(cpuinfo, line) && !line.empty()) {
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);  // npos + 1: all blank, erased
+    const std::size_t value = line.find_first_not_of(' ', colon + 1);
+    fields.emplace(key, value == std::string::npos ? "" : line.substr(value));
   }
-  return "unknown";
+  const auto name = fields.find("model name");
+  if (name == fields.end() || name->second.empty()) return "unknown";
+  const auto family = fields.find("cpu family"), model = fields.find("model");
+  if (family == fields.end() || model == fields.end()) return name->second;
+  return name->second + " (family " + family->second + ", model " + model->second + ")";
 }
 
 std::vector<std::string> simd_targets() {
