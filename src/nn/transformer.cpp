@@ -43,21 +43,30 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerConfig& c
   register_module("dropout2", dropout2_);
 }
 
+namespace {
+
+// x [..., E] -> [..., E]: the two residual blocks around sa (self-attention) and ff, in pre-norm
+// or post-norm order.
+template <class SelfAttention, class Ff>
+Var encoder_residuals(bool norm_first, const Var& x, const LayerNorm& norm1, const LayerNorm& norm2,
+                      SelfAttention sa, Ff ff) {
+  if (norm_first) {
+    const Var y = x + sa(norm1(x));
+    return y + ff(norm2(y));
+  }
+  const Var y = norm1(x + sa(x));
+  return norm2(y + ff(y));
+}
+
+}  // namespace
+
 // src [B, T, E] -> [B, T, E]
 Var TransformerEncoderLayer::forward(const Var& src, const AttentionCall& call) {
   AttentionCall c = call;
   c.need_weights = false;
   const auto sa = [&](const Var& x) { return dropout1_(self_attn_.forward(x, x, x, c).out); };
   const auto ff = [&](const Var& x) { return dropout2_(ff_(x)); };
-  Var x = src;
-  if (config_.norm_first) {
-    x = x + sa(norm1_(x));
-    x = x + ff(norm2_(x));
-  } else {
-    x = norm1_(x + sa(x));
-    x = norm2_(x + ff(x));
-  }
-  return x;
+  return encoder_residuals(config_.norm_first, src, norm1_, norm2_, sa, ff);
 }
 
 // x [n, E] -> [n, E]
@@ -65,15 +74,7 @@ Var TransformerEncoderLayer::forward_packed(const Var& x, const std::vector<std:
                                             std::int64_t T) {
   const auto sa = [&](const Var& h) { return dropout1_(self_attn_.forward_packed(h, lengths, T)); };
   const auto ff = [&](const Var& h) { return dropout2_(ff_(h)); };
-  Var y = x;
-  if (config_.norm_first) {
-    y = y + sa(norm1_(y));
-    y = y + ff(norm2_(y));
-  } else {
-    y = norm1_(y + sa(y));
-    y = norm2_(y + ff(y));
-  }
-  return y;
+  return encoder_residuals(config_.norm_first, x, norm1_, norm2_, sa, ff);
 }
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerConfig& config,
