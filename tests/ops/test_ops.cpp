@@ -362,6 +362,23 @@ TEST(OpsPackRows, ValidRowsComeOutInOrderAndGoBackWithZerosPastEachLength) {
             ops::pack_rows(view.contiguous(), lengths).to_vector());
   EXPECT_EQ(ops::pack_rows(x.to(DType::bf16), lengths).dtype(), DType::bf16);
   EXPECT_EQ(ops::pack_rows(x, {4, 4, 4}).to_vector(), x.to_vector());
+  // A batch over kChunkElements, copied on the threads: the rows of slices and concat.
+  const Tensor big = random({9, 70, 64}, 94, DType::f32);
+  const std::vector<std::int64_t> ragged = {70, 3, 0, 41, 70, 12, 1, 69, 35};
+  std::vector<Tensor> pieces;
+  for (std::int64_t b = 0; b < 9; ++b) {
+    const std::int64_t l = ragged[static_cast<std::size_t>(b)];
+    if (l > 0) pieces.push_back(big.slice(0, b, b + 1).slice(1, 0, l).reshape({l, 64}));
+  }
+  const Tensor big_packed = ops::pack_rows(big, ragged);
+  EXPECT_EQ(big_packed.to_vector(), ops::concat(pieces, 0).to_vector());
+  const Tensor big_back = ops::unpack_rows(big_packed, ragged, 70);
+  EXPECT_EQ(ops::pack_rows(big_back, ragged).to_vector(), big_packed.to_vector());
+  for (std::int64_t b = 0; b < 9; ++b) {
+    const std::vector<double> tail =
+        big_back.slice(0, b, b + 1).slice(1, ragged[static_cast<std::size_t>(b)], 70).to_vector();
+    EXPECT_EQ(tail, std::vector<double>(tail.size(), 0.0)) << "sequence " << b;
+  }
   expect_message_names([&] { ops::pack_rows(x, {1, 2}); }, "lengths");
   expect_message_names([&] { ops::pack_rows(x, {1, 5, 0}); }, "lengths");
   expect_message_names([&] { ops::pack_rows(random({3}, 1), {1, 1, 1}); }, "x");
