@@ -153,6 +153,17 @@ DecoderLayerCache TransformerDecoderLayer::start(
     cache.cross_v = v.value();
     return cache;
   }
+  if (memory.dim() != 3) throw Error("memory", "[N, S, E]", shape_string(memory.shape()));
+  if (static_cast<std::int64_t>(memory_lengths.size()) != memory.size(0)) {
+    throw Error("memory_lengths", std::to_string(memory.size(0)) + " lengths (memory's N)",
+                std::to_string(memory_lengths.size()));
+  }
+  for (const std::int64_t l : memory_lengths) {
+    if (l < 0 || l > memory.size(1)) {
+      throw Error("memory_lengths", "each in [0, " + std::to_string(memory.size(1)) + "]",
+                  std::to_string(l));
+    }
+  }
   // The valid rows as one sequence [1, n, E]: k and v [1, n, Hk, D], each row the bits of the
   // padded projection's.
   const Var rows = autograd::pack_rows(memory, memory_lengths);

@@ -243,7 +243,8 @@ TEST(TransformerDecoderLayer, StartWithLengthsProjectsTheValidRowsAlone) {
     const std::vector<double> pad = v.slice(0, 1, 2).slice(1, 2, 5).contiguous().to_vector();
     EXPECT_EQ(pad, std::vector<double>(pad.size(), 0.0));
   }
-  EXPECT_THROW(layer.start(Var(memory), 3, {5, 6, 1}), Error);
+  EXPECT_EQ(refused([&] { layer.start(Var(memory), 3, {5, 6, 1}); }), "memory_lengths");
+  EXPECT_EQ(refused([&] { layer.start(Var(memory), 3, {5, 1}); }), "memory_lengths");
 }
 
 TEST(TransformerEncoderLayer, DropoutInTrainingOnly) {
