@@ -279,6 +279,15 @@ std::tuple<Var, Var, Var> MultiheadAttention::project_self(const Var& x,
   return {q, k, v};
 }
 
+// In training with dropout: this call's dropout (the module's seed, a counter offset per call).
+void MultiheadAttention::add_dropout(AttentionOptions& options) {
+  if (training() && config_.dropout > 0) {
+    options.dropout_p = config_.dropout;
+    options.seed = seed_;
+    options.offset = calls_++;
+  }
+}
+
 // q [B, Tq, Hq, D], k and v [B, Tk, Hk, D] -> out [B, Tq, E]
 AttentionResult MultiheadAttention::attend(const Var& q, const Var& k, const Var& v,
                                            const AttentionCall& call) {
@@ -331,11 +340,7 @@ AttentionResult MultiheadAttention::attend(const Var& q, const Var& k, const Var
     const Tensor p = attention_weights(q.value(), k.value(), w);       // [B, Hq, Tq, Tk]
     result.weights = call.average_attn_weights ? ops::mean(p, 1) : p;  // [B, Tq, Tk]
   }
-  if (training() && config_.dropout > 0) {
-    options.dropout_p = config_.dropout;
-    options.seed = seed_;
-    options.offset = calls_++;
-  }
+  add_dropout(options);
   if (flex && config_.kind == AttentionKind::materialized) {
     throw Error("mask_mod", "none with AttentionKind::materialized (mods run fused)", "a mod");
   }
@@ -377,11 +382,7 @@ Var MultiheadAttention::forward_packed(const Var& x, const std::vector<std::int6
   } else {
     options.query_lengths = lengths;
   }
-  if (training() && config_.dropout > 0) {
-    options.dropout_p = config_.dropout;
-    options.seed = seed_;
-    options.offset = calls_++;
-  }
+  add_dropout(options);
   const Var attended = ag::attention(padded(q), padded(k), padded(v), options);  // [B, T, H, D]
   const Var rows = ag::pack_rows(attended, lengths);                             // [n, H, D]
   return ag::reshape(

@@ -117,6 +117,8 @@ class MultiheadAttention : public Module {
   void redraw_features(std::uint64_t seed) noexcept { config_.feature_seed = seed; }
 
  private:
+  void add_dropout(AttentionOptions& options);
+
   MultiheadAttentionConfig config_;
   std::int64_t head_dim_;
   bool packed_;
