@@ -1,6 +1,6 @@
 // The fused forward for decoding: up to TileTraits::kDecodeMaxQueries queries against a long KV
 // cache, in the compute type or (f32) in bf16 or f16 as the cache lies. K and V are read once, key
-// by key and in order (no packed tiles), in splits of kDecodeSplit keys that threads take in
+// by key and in order (no packed tiles), in splits of keys (split_keys) that threads take in
 // parallel; each split leaves a partial online-softmax state per query row (softmax_state-inl.h),
 // merged exactly at the end (split-KV, as FlashDecoding). Every mod and the block mask as in the
 // tiled forward (flash_fwd.cpp). A k/v head with few query rows scores them by dot products; one
@@ -52,6 +52,25 @@ void prefetch_key(const Rows<const E>& rows, std::int64_t b, std::int64_t j, std
   }
 }
 
+// The query rows of k/v head hk of batch b that a decode item takes, queries [0, live) of heads hk
+// G to hk G + G - 1 in S's order (row h Tq + i): each row's scaled q (q_scaled [B, Tq, Hq, D]) and
+// row index. At most kDotRows: the dot products' groups have G Tq < kDecodeGroupedRows.
+template <class T>
+struct GroupRows {
+  const T* q[kDotRows];
+  std::int64_t row[kDotRows];
+  std::int64_t n = 0;
+  GroupRows(const Dims& d, const T* q_scaled, std::int64_t b, std::int64_t hk, std::int64_t live) {
+    for (std::int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
+      for (std::int64_t i = 0; i < live; ++i) {
+        q[n] = q_scaled + ((b * d.Tq + i) * d.Hq + h) * d.D;
+        row[n++] = h * d.Tq + i;
+      }
+    }
+  }
+};
+static_assert(TileTraits::kDecodeGroupedRows <= kDotRows, "a dot-product group fits GroupRows");
+
 // The scores (scale q_i) . k_j (q_scaled: scale * Q, [B, Tq, Hq, D] contiguous) of the rows
 // [0, live) of the heads in `heads` of batch b against keys [j0, j0 + cols), into S [Hq * Tq, kBk]
 // (row h * Tq + i). Key by key: the K rows of one key, all heads side by side, are one contiguous
@@ -89,23 +108,21 @@ void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
     for (std::int64_t c0 = 0; c0 < cols; c0 += kScoreRun) {
       const std::int64_t n = std::min(kScoreRun, cols - c0);
       for (std::int64_t c = c0; c < c0 + n; ++c) ask(c);
-      for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
-        const E* k = k_rows.at(b, j0 + c0, h / d.group());
-        for (std::int64_t i = 0; i < live; ++i) {
-          const T* q = q_scaled + ((b * d.Tq + i) * d.Hq + h) * d.D;
-          score_dots(q, k, k_rows.row, n, d.D, S + (h * d.Tq + i) * kBk + c0);
-        }
+      for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+        const GroupRows<T> group(d, q_scaled, b, hk, live);
+        T* s[kDotRows];
+        for (std::int64_t r = 0; r < group.n; ++r) s[r] = S + group.row[r] * kBk + c0;
+        score_dots_rows(group.q, group.n, k_rows.at(b, j0 + c0, hk), k_rows.row, n, d.D, s);
       }
     }
   } else {
+    T s[kDotRows];
     for (std::int64_t c = 0; c < cols; ++c) {
       ask(c);
-      for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
-        const E* k = k_rows.at(b, j0 + c, h / d.group());
-        for (std::int64_t i = 0; i < live; ++i) {
-          const T* q = q_scaled + ((b * d.Tq + i) * d.Hq + h) * d.D;
-          S[(h * d.Tq + i) * kBk + c] = score_dot(q, k, d.D);
-        }
+      for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+        const GroupRows<T> group(d, q_scaled, b, hk, live);
+        score_dot_rows(group.q, group.n, k_rows.at(b, j0 + c, hk), d.D, s);
+        for (std::int64_t r = 0; r < group.n; ++r) S[group.row[r] * kBk + c] = s[r];
       }
     }
   }
@@ -120,33 +137,49 @@ void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
 
 // acc [Hq * Tq, Dv] += P V for keys [j0, j0 + cols) of batch b (rows [0, live) of the heads in
 // `heads`), with P [Hq * Tq, kBk] as decode_scores lays it out; kinds [Hq]: each head's tile.
-// Key by key, so V streams in order too. In a partial tile, only the pairs the mask keeps: a
-// value the mask drops (a KV cache's unused tail) may hold anything, and 0 * NaN is NaN.
+// The tile's V rows are in cache (decode_scores asked for them). Full tiles a k/v head at a time
+// over all the tile's keys (values_rows), where an axpy per key and row loaded and stored each
+// accumulator row every key (four keys at a time before): with the runs of heads-first items
+// and their splits, `qkv bench`'s decode shape in a driver, builds alternated in three rounds (f16
+// cache, Tq 1, Hq 8 over Hk 8, D 128, 2 threads, AMD EPYC (family 25, model 17) Zen 4 VM,
+// 2026-11-29, time over the previous build's): [B, T, H, D] Tk 4096 0.79-0.86, 16384 0.78-0.91;
+// heads first Tk 4096 0.47-0.69, 16384 0.51-0.68, 65536 0.71-0.76; Hq 32 over Hk 8 heads first
+// 0.61-0.65 and 0.78-0.80 at 4096 and 65536 keys (bench/README.md). Partial tiles key by key, and
+// only the pairs the mask keeps: a value the mask drops (a KV cache's unused tail) may hold
+// anything, and 0 * NaN is NaN.
 template <class T, class ScoreMod, class MaskMod, class E>
 void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& v_rows,
                    std::int64_t b, HeadRange heads, std::int64_t live, std::int64_t j0,
                    std::int64_t cols, const TileKind* kinds, const T* P, T* acc) {
   const Dims& d = p.dims;
-  std::int64_t c = 0;
-  // Four keys at a time where a head's tile is full: each accumulator row is loaded and stored
-  // once per four keys instead of once per key, with the same multiply-adds in the same order.
-  for (; c + 4 <= cols; c += 4) {
-    for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+  // Where a head's tile is full, the rows of a k/v head's heads in one product over the tile's
+  // keys (values_rows): each accumulator row stays in registers across the keys, and each V row is
+  // loaded once for all of them, with the same multiply-adds in the same order as an axpy per key.
+  // kDotRows rows at a time (a grouped call's heads that are not all full come here too).
+  const T* a[kDotRows];
+  T* y[kDotRows];
+  for (std::int64_t hk = heads.lo / d.group(); hk < heads.hi / d.group(); ++hk) {
+    std::int64_t n = 0;
+    const auto flush = [&] {
+      values_rows(a, v_rows.at(b, j0, hk), v_rows.row, cols, y, n, d.Dv);
+      n = 0;
+    };
+    for (std::int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
       if (kinds[h] != TileKind::full) continue;
-      const std::int64_t hk = h / d.group();
-      const E* v[4] = {v_rows.at(b, j0 + c, hk), v_rows.at(b, j0 + c + 1, hk),
-                       v_rows.at(b, j0 + c + 2, hk), v_rows.at(b, j0 + c + 3, hk)};
       for (std::int64_t i = 0; i < live; ++i) {
-        axpy4(P + (h * d.Tq + i) * kBk + c, v, acc + (h * d.Tq + i) * d.Dv, d.Dv);
+        a[n] = P + (h * d.Tq + i) * kBk;
+        y[n++] = acc + (h * d.Tq + i) * d.Dv;
+        if (n == kDotRows) flush();
       }
     }
+    if (n > 0) flush();
   }
   for (std::int64_t k = 0; k < cols; ++k) {
     for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
-      if (kinds[h] == TileKind::empty || (kinds[h] == TileKind::full && k < c)) continue;
+      if (kinds[h] != TileKind::partial) continue;
       const E* v = v_rows.at(b, j0 + k, h / d.group());
       for (std::int64_t i = 0; i < live; ++i) {
-        if (kinds[h] == TileKind::partial && !p.mask_mod(b, h, i, j0 + k)) continue;
+        if (!p.mask_mod(b, h, i, j0 + k)) continue;
         axpy(P[(h * d.Tq + i) * kBk + k], v, acc + (h * d.Tq + i) * d.Dv, d.Dv);
       }
     }
@@ -243,12 +276,10 @@ void decode_online(const Dims& d, const Rows<const E>& k_rows, const Rows<const 
     if (k_ahead > 0 && j + k_ahead < d.Tk) {
       prefetch_key(k_rows, b, j + k_ahead, hk_lo, hk_hi, d.D);
     }
-    for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
-      const E* k = k_rows.at(b, j, h / d.group());
-      for (std::int64_t i = 0; i < d.Tq; ++i) {
-        const T* q = q_scaled + ((b * d.Tq + i) * d.Hq + h) * d.D;
-        s[(h - heads.lo) * d.Tq + i] = score_dot(q, k, d.D);
-      }
+    for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+      const GroupRows<T> group(d, q_scaled, b, hk, d.Tq);
+      score_dot_rows(group.q, group.n, k_rows.at(b, j, hk), d.D,
+                     s + group.row[0] - heads.lo * d.Tq);
     }
     // One online-softmax step for the rows, lanes at a time. A NaN score poisons its row's sum
     // (docs/numerics.md), as absorb's, and moves nothing else; a row that has kept only -inf
@@ -275,12 +306,11 @@ void decode_online(const Dims& d, const Rows<const E>& k_rows, const Rows<const 
         if (alpha[r] != T(1)) scale_row(rows.acc + r * d.Dv, d.Dv, alpha[r]);
       }
     }
-    for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
-      const E* v = v_rows.at(b, j, h / d.group());
-      for (std::int64_t i = 0; i < d.Tq; ++i) {
-        const std::int64_t r = (h - heads.lo) * d.Tq + i;
-        axpy(weight[r], v, rows.acc + r * d.Dv, d.Dv);
-      }
+    for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+      const std::int64_t first = (hk * d.group() - heads.lo) * d.Tq, n = d.group() * d.Tq;
+      T* y[kDotRows];
+      for (std::int64_t r = 0; r < n; ++r) y[r] = rows.acc + (first + r) * d.Dv;
+      axpy_rows(weight + first, v_rows.at(b, j, hk), y, n, d.Dv);
     }
   }
   std::copy_n(m, n, rows.m);
@@ -367,16 +397,42 @@ void grouped_values(const Dims& d, const Rows<const E>& v_rows, std::int64_t b, 
        d.Dv, true);
 }
 
+// Keys per split. A cache stored heads first ([B, H, T, D], as PyTorch's caches), where an item
+// reads one k/v head (decode_impl), takes longer splits where the keys allow: as few splits as
+// still give the call kHeadsFirstItems items (its B * Hk heads times its splits), and never
+// shorter than kDecodeSplit, so a short cache splits as [B, T, H, D] does and gives its bits. One
+// head's split of 1024 keys is one run of 256 KiB of K and one of V (f16, D 128), and each new run
+// costs the hardware prefetchers their start again. Counted from the shape alone, never the
+// thread count, so the bits do not depend on it (docs/numerics.md). A driver alternating the
+// rules call by call (qkv::attention_forward, f16 cache [1, 8, Tk, 128] permuted, Tq 1, 2
+// threads, AMD EPYC (family 25, model 17) Zen 4 VM, 2026-11-29, medians of 21-41 calls, time over
+// 1024 keys a split, two runs), with 8 / 16 / 32 / 64 items: Tk 65536 0.92-0.93 / 0.91-0.92 /
+// 0.92 / 0.92-0.93, Tk 16384 0.89-0.91 / 0.88-0.94 / 0.91-0.93 / 0.95-0.96, Tk 4096 1.00 (each
+// item before scoring its keys in runs, below); with the runs, 16 items against 1024 keys a split:
+// 0.98-0.99 at Tk 65536 and 16384, and GQA (Hq 32) 0.99. Sixteen leaves room for more threads than
+// eight would. In [B, T, H, D], where an item reads every head of each key (2 KiB a key, 2 MiB a
+// split), 2048 to 8192 keys measured 0.95-1.00 and are not taken.
+std::int64_t split_keys(const Dims& d, bool heads_first) {
+  constexpr std::int64_t kHeadsFirstItems = 16;
+  if (!heads_first) return TileTraits::kDecodeSplit;
+  const std::int64_t heads = std::max<std::int64_t>(d.B * d.Hk, 1);
+  const std::int64_t splits = std::max<std::int64_t>((kHeadsFirstItems + heads - 1) / heads, 1);
+  const std::int64_t keys = round_up((d.Tk + splits - 1) / splits, TileTraits::kBlockK);
+  return std::max(keys, TileTraits::kDecodeSplit);
+}
+
 template <class T, class ScoreMod, class MaskMod, class E>
 void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& k,
                  const Rows<const E>& v) {
   const Dims& d = p.dims;
-  const std::int64_t splits = (d.Tk + TileTraits::kDecodeSplit - 1) / TileTraits::kDecodeSplit;
+  const bool heads_first = k.head > k.row;
+  const std::int64_t split_length = split_keys(d, heads_first);
+  const std::int64_t splits = (d.Tk + split_length - 1) / split_length;
   const std::int64_t rows = d.B * d.Hq * d.Tq;  // one partial state per query row and split
   // From the block cache (large_buffer.hpp): from hwy::AllocateAligned, buffers of a few hundred
   // KiB were mapped and unmapped by glibc each call, fresh pages faulted in every time (a
   // training step's attention, B 32, Tq = Tk = 15, 4 heads of 32: ~100 page faults a call).
-  // One split (Tk <= kDecodeSplit) has nothing to merge: each item finalizes its rows into out,
+  // One split (Tk <= split_length) has nothing to merge: each item finalizes its rows into out,
   // with the bits the merge would give (one part: weight exp(0) = 1), and no second parallel
   // region.
   const bool one_split = splits == 1;
@@ -409,7 +465,6 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
   // 4 / 8 / 16 / 32 keys ahead; Tk = 16384: 1.68 before, 1.13, 1.06 / 1.00 at 8 / 16.
   constexpr std::int64_t kItemsPerThread = 1;
   constexpr std::int64_t kHeadsFirstKAhead = 16;
-  const bool heads_first = k.head > k.row;
   const std::int64_t k_ahead = heads_first ? kHeadsFirstKAhead : 0;
   const std::int64_t want_groups =
       heads_first ? d.Hk
@@ -437,10 +492,13 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
   // stays key by key: in runs, Tq 1, H 8, D 128, f16, 2 threads, Tk 4096 took 0.21-0.25 ms ->
   // 0.22-0.32, 8192 0.47-0.53 -> 0.78-1.30 (`qkv bench --decode-only --decode-tk 4096 8192`).
   // Half of L2 is on the safe side: the driver's Tk 64 (1 MiB of K, read again call after call)
-  // still gained, Tk 4096 (8 MiB) lost, and nothing between them was measured.
-  const bool runs =
-      static_cast<double>(d.B * d.Tk * d.Hk * d.D) * static_cast<double>(sizeof(*k.data)) <=
-      0.5 * static_cast<double>(cpu_features().l2_bytes);
+  // still gained, Tk 4096 (8 MiB) lost, and nothing between them was measured. A heads-first item
+  // reads one k/v head, whose keys lie one after another, so its runs read K in order too: always
+  // in runs. Without them, the split-length driver above (f16, Tq 1, Zen 4 VM, 2026-11-29) took
+  // 1.15-1.17x the time at Tk 65536 and 1.17-1.20x at 16384, and GQA (Hq 32 over Hk 8) 1.17-1.19x.
+  const bool runs = heads_first || static_cast<double>(d.B * d.Tk * d.Hk * d.D) *
+                                           static_cast<double>(sizeof(*k.data)) <=
+                                       0.5 * static_cast<double>(cpu_features().l2_bytes);
   const BlockView blocks(p.blocks);
 #pragma omp parallel
   {
@@ -466,7 +524,7 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
       const HeadRange heads{group * kv_per_group * d.group(),
                             std::min((group + 1) * kv_per_group, d.Hk) * d.group()};
       const std::int64_t live = live_rows(p, b, 0, d.Tq);
-      const std::int64_t k_end = std::min((split + 1) * TileTraits::kDecodeSplit, d.Tk);
+      const std::int64_t k_end = std::min((split + 1) * split_length, d.Tk);
       state.rows_from(heads.lo * d.Tq, d.Dv).reset((heads.hi - heads.lo) * d.Tq, d.Dv);
       const std::int64_t hk_lo = heads.lo / d.group(), hk_hi = heads.hi / d.group();
       if (grouped) {
@@ -474,7 +532,7 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
           group_queries(d, q_scaled.get(), b, hk, products.head_q(hk, group_rows, d.D));
         }
       }
-      for (std::int64_t j0 = split * TileTraits::kDecodeSplit; j0 < k_end; j0 += kBk) {
+      for (std::int64_t j0 = split * split_length; j0 < k_end; j0 += kBk) {
         const std::int64_t cols = std::min(kBk, k_end - j0);
         bool any = false, all_full = true;
         for (std::int64_t h = heads.lo; h < heads.hi; ++h) {

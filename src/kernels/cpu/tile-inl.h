@@ -404,25 +404,104 @@ void axpy(T a, const E* HWY_RESTRICT x, T* HWY_RESTRICT y, std::int64_t count) {
   for (; n < count; ++n) y[n] = mul_add(a, value_as<T>(x[n]), y[n]);
 }
 
-// y[n] += a[u] * x[u][n] for u = 0, 1, 2, 3 in turn (four axpy calls' operations in their order,
-// so the same bits) with y loaded and stored once.
+// y[r] [count] += a[r] * x [count] for the rows r in [0, n): axpy's operations row by row, so its
+// bits, with each vector of x loaded (and converted from E) once for all the rows (score_dot_rows:
+// the rows of a GQA group share each key's V row).
 template <class T, class E>
-void axpy4(const T* a, const E* const* x, T* HWY_RESTRICT y, std::int64_t count) {
+void axpy_rows(const T* a, const E* HWY_RESTRICT x, T* const* y, std::int64_t n,
+               std::int64_t count) {
   const hn::ScalableTag<T> d;
   const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto a0 = hn::Set(d, a[0]), a1 = hn::Set(d, a[1]), a2 = hn::Set(d, a[2]),
-             a3 = hn::Set(d, a[3]);
-  std::int64_t n = 0;
-  for (; n + L <= count; n += L) {
-    auto yn = hn::MulAdd(a0, load_as(d, x[0] + n), hn::LoadU(d, y + n));
-    yn = hn::MulAdd(a1, load_as(d, x[1] + n), yn);
-    yn = hn::MulAdd(a2, load_as(d, x[2] + n), yn);
-    hn::StoreU(hn::MulAdd(a3, load_as(d, x[3] + n), yn), d, y + n);
+  std::int64_t e = 0;
+  for (; e + L <= count; e += L) {
+    const auto xe = load_as(d, x + e);
+    for (std::int64_t r = 0; r < n; ++r) {
+      hn::StoreU(hn::MulAdd(hn::Set(d, a[r]), xe, hn::LoadU(d, y[r] + e)), d, y[r] + e);
+    }
   }
-  for (; n < count; ++n) {
-    T yn = y[n];
-    for (int u = 0; u < 4; ++u) yn = mul_add(a[u], value_as<T>(x[u][n]), yn);
-    y[n] = yn;
+  for (; e < count; ++e) {
+    for (std::int64_t r = 0; r < n; ++r) y[r][e] = mul_add(a[r], value_as<T>(x[e]), y[r][e]);
+  }
+}
+
+// y[r] [e0, e0 + V L) += a[r][c] * x[c ldx] [e0, e0 + V L) for the keys c in [0, keys) in turn, for
+// R rows: the accumulators stay in registers across the keys, and each key's V vectors are loaded
+// (and converted from E) once for the R rows.
+template <int R, int V, class T, class E>
+HWY_INLINE void values_block(const T* const* a, const E* HWY_RESTRICT x, std::int64_t ldx,
+                             std::int64_t keys, T* const* y, std::int64_t e0) {
+  const hn::ScalableTag<T> d;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  hn::Vec<hn::ScalableTag<T>> acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::LoadU(d, y[r] + e0 + v * L);
+  }
+  for (std::int64_t c = 0; c < keys; ++c) {
+    hn::Vec<hn::ScalableTag<T>> xv[V];
+    for (int v = 0; v < V; ++v) xv[v] = load_as(d, x + c * ldx + e0 + v * L);
+    for (int r = 0; r < R; ++r) {
+      const auto ar = hn::Set(d, a[r][c]);
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(ar, xv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) hn::StoreU(acc[r][v], d, y[r] + e0 + v * L);
+  }
+}
+
+// Vectors of a row that values_rows holds per block: 4 rows of 4 vectors are 16 accumulators of
+// AVX-512's 32 registers; of 2, 8 of AVX2's 16.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+inline constexpr int kValueVectors = 4;
+#else
+inline constexpr int kValueVectors = 2;
+#endif
+
+// y[r] [count] += a[r][c] * x[c ldx] [count] for the keys c in [0, keys) in turn, for the rows r
+// in [0, n): axpy's operations key after key, so the bits of an axpy per key and row, with the
+// rows' accumulators held in registers across the keys in blocks of up to 4 rows by
+// kValueVectors vectors, and each V vector loaded once per block of rows.
+template <class T, class E>
+void values_rows(const T* const* a, const E* HWY_RESTRICT x, std::int64_t ldx, std::int64_t keys,
+                 T* const* y, std::int64_t n, std::int64_t count) {
+  const auto L = static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  for (std::int64_t r0 = 0; r0 < n; r0 += 4) {
+    const std::int64_t m = std::min<std::int64_t>(4, n - r0);
+    const auto block = [&]<int V>(std::int64_t e0) {
+      switch (m) {
+        case 4:
+          values_block<4, V>(a + r0, x, ldx, keys, y + r0, e0);
+          break;
+        case 3:
+          values_block<3, V>(a + r0, x, ldx, keys, y + r0, e0);
+          break;
+        case 2:
+          values_block<2, V>(a + r0, x, ldx, keys, y + r0, e0);
+          break;
+        default:
+          values_block<1, V>(a + r0, x, ldx, keys, y + r0, e0);
+          break;
+      }
+    };
+    std::int64_t e = 0;
+    if (m == 1) {  // one row: twice the vectors, as many accumulator chains as two rows keep
+      for (; e + 2 * kValueVectors * L <= count; e += 2 * kValueVectors * L) {
+        values_block<1, 2 * kValueVectors>(a + r0, x, ldx, keys, y + r0, e);
+      }
+    }
+    for (; e + kValueVectors * L <= count; e += kValueVectors * L) {
+      block.template operator()<kValueVectors>(e);
+    }
+    for (; e + 2 * L <= count; e += 2 * L) block.template operator()<2>(e);
+    for (; e + L <= count; e += L) block.template operator()<1>(e);
+    for (; e < count; ++e) {
+      for (std::int64_t r = r0; r < r0 + m; ++r) {
+        T ye = y[r][e];
+        for (std::int64_t c = 0; c < keys; ++c)
+          ye = mul_add(a[r][c], value_as<T>(x[c * ldx + e]), ye);
+        y[r][e] = ye;
+      }
+    }
   }
 }
 
