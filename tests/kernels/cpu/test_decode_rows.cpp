@@ -20,6 +20,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/cpu/score_dot-inl.h"
+#include "kernels/cpu/stored_as.hpp"
 #include "kernels/cpu/tile-inl.h"
 #include "kernels/half_kv.hpp"
 #include "qkv/half.hpp"
@@ -124,17 +125,6 @@ QKV_DISPATCH(Bf16, float, Bf16)
 QKV_DISPATCH(F16, float, F16)
 QKV_DISPATCH(F64, double, double)
 #undef QKV_DISPATCH
-
-template <class E>
-E stored(double x) {
-  if constexpr (std::is_same_v<E, Bf16>) {
-    return Bf16{f32_to_bf16_bits(static_cast<float>(x))};
-  } else if constexpr (std::is_same_v<E, F16>) {
-    return F16{f32_to_f16_bits(static_cast<float>(x))};
-  } else {
-    return static_cast<E>(x);
-  }
-}
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {

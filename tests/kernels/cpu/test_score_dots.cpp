@@ -16,6 +16,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/cpu/score_dot-inl.h"
+#include "kernels/cpu/stored_as.hpp"
 #include "kernels/half_kv.hpp"
 #include "qkv/half.hpp"
 #include "qkv/philox.hpp"
@@ -76,28 +77,6 @@ void both_ways(const float* q, const Bf16* k, std::int64_t ldk, std::int64_t n, 
 void both_ways(const float* q, const F16* k, std::int64_t ldk, std::int64_t n, std::int64_t dim,
                float* joint, float* single) {
   HWY_DYNAMIC_DISPATCH(ScoresF16)(q, k, ldk, n, dim, joint, single);
-}
-
-template <class E>
-double as_double(E x) {
-  if constexpr (std::is_same_v<E, Bf16>) {
-    return static_cast<double>(bf16_bits_to_f32(x.bits));
-  } else if constexpr (std::is_same_v<E, F16>) {
-    return static_cast<double>(f16_bits_to_f32(x.bits));
-  } else {
-    return static_cast<double>(x);
-  }
-}
-
-template <class E>
-E stored(double x) {
-  if constexpr (std::is_same_v<E, Bf16>) {
-    return Bf16{f32_to_bf16_bits(static_cast<float>(x))};
-  } else if constexpr (std::is_same_v<E, F16>) {
-    return F16{f32_to_f16_bits(static_cast<float>(x))};
-  } else {
-    return static_cast<E>(x);
-  }
 }
 
 template <class T>
