@@ -97,6 +97,28 @@ HWY_INLINE void score_lanes_rows(const T* const* q, const E* HWY_RESTRICT k, std
   }
 }
 
+#if !HWY_HAVE_SCALABLE
+// score_lanes_rows for the m rows q [m], m in [1, 4], into lanes [m].
+template <class T, class E>
+HWY_INLINE void score_lanes_upto4(std::int64_t m, const T* const* q, const E* HWY_RESTRICT k,
+                                  std::int64_t dim, hn::Vec<hn::ScalableTag<T>>* lanes) {
+  switch (m) {
+    case 4:
+      score_lanes_rows<4>(q, k, dim, lanes);
+      break;
+    case 3:
+      score_lanes_rows<3>(q, k, dim, lanes);
+      break;
+    case 2:
+      score_lanes_rows<2>(q, k, dim, lanes);
+      break;
+    default:
+      score_lanes_rows<1>(q, k, dim, lanes);
+      break;
+  }
+}
+#endif
+
 // s [n] <- score_dot(q[r], k, dim) for the query rows r in [0, n), n at most kDotRows, bitwise:
 // the rows of a GQA group (and a decode call's few queries) share each key's row, so it is loaded
 // and converted once for up to four of them instead of once each. Decode from an f16 cache where
@@ -113,20 +135,7 @@ HWY_INLINE void score_dot_rows(const T* const* q, std::int64_t n, const E* HWY_R
   hn::Vec<hn::ScalableTag<T>> lanes[4];
   for (std::int64_t r0 = 0; r0 < n; r0 += 4) {
     const std::int64_t m = std::min<std::int64_t>(4, n - r0);
-    switch (m) {
-      case 4:
-        score_lanes_rows<4>(q + r0, k, dim, lanes);
-        break;
-      case 3:
-        score_lanes_rows<3>(q + r0, k, dim, lanes);
-        break;
-      case 2:
-        score_lanes_rows<2>(q + r0, k, dim, lanes);
-        break;
-      default:
-        score_lanes_rows<1>(q + r0, k, dim, lanes);
-        break;
-    }
+    score_lanes_upto4(m, q + r0, k, dim, lanes);
     for (std::int64_t r = 0; r < m; ++r) {
       s[r0 + r] = score_tail(q[r0 + r], k, dim, hn::GetLane(hn::SumOfLanes(d, lanes[r])));
     }
@@ -241,20 +250,7 @@ HWY_INLINE void score_dots_rows(const T* const* q, std::int64_t rows, const E* H
             for (std::int64_t r = 0; r < m; ++r) lanes[r0 + r][c] = hn::Zero(d);
             continue;
           }
-          switch (m) {
-            case 4:
-              score_lanes_rows<4>(q + r0, k + c * ldk, dim, key);
-              break;
-            case 3:
-              score_lanes_rows<3>(q + r0, k + c * ldk, dim, key);
-              break;
-            case 2:
-              score_lanes_rows<2>(q + r0, k + c * ldk, dim, key);
-              break;
-            default:
-              score_lanes_rows<1>(q + r0, k + c * ldk, dim, key);
-              break;
-          }
+          score_lanes_upto4(m, q + r0, k + c * ldk, dim, key);
           for (std::int64_t r = 0; r < m; ++r) lanes[r0 + r][c] = key[r];
         }
       }
