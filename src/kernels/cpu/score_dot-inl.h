@@ -193,6 +193,47 @@ HWY_INLINE hn::Vec512<float> sums_of_16(const hn::Vec512<float>* v) {
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// score_lanes (f32, AVX-512) of R query rows whose NV vectors q [R][NV] are held in registers,
+// against one key k: each lanes[r] gets the bits of score_lanes(q_r, k, 16 NV), the same
+// multiply-adds into the same four accumulators in the same order. The rows are loaded once for a
+// whole run of keys instead of once a key.
+template <int NV, int R, class E>
+HWY_INLINE void held_lanes(const hn::Vec512<float> (&q)[R][NV], const E* HWY_RESTRICT k,
+                           hn::Vec512<float>* lanes) {
+  static_assert(NV % 4 == 0, "score_lanes' steps of four vectors, with no single ones after");
+  const hn::Full512<float> d;
+  hn::Vec512<float> acc[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int u = 0; u < 4; ++u) acc[r][u] = hn::Zero(d);
+  }
+  for (int x = 0; x < NV; ++x) {
+    const auto kx = load_as(d, k + x * 16);
+    for (int r = 0; r < R; ++r) acc[r][x % 4] = hn::MulAdd(q[r][x], kx, acc[r][x % 4]);
+  }
+  for (int r = 0; r < R; ++r) {
+    lanes[r] = hn::Add(hn::Add(acc[r][0], acc[r][1]), hn::Add(acc[r][2], acc[r][3]));
+  }
+}
+
+// lanes[r][c] <- score_lanes(q[r], k + c ldk, 16 NV) for the R rows q [R] and the keys c in
+// [0, n), the rows' vectors loaded once (held_lanes).
+template <int NV, int R, class E>
+HWY_INLINE void held_run(const float* const* q, const E* HWY_RESTRICT k, std::int64_t ldk,
+                         std::int64_t n, hn::Vec512<float> (*lanes)[kScoreRun]) {
+  const hn::Full512<float> d;
+  hn::Vec512<float> held[R][NV];
+  for (int r = 0; r < R; ++r) {
+    for (int x = 0; x < NV; ++x) held[r][x] = hn::LoadU(d, q[r] + x * 16);
+  }
+  hn::Vec512<float> key[R];
+  for (std::int64_t c = 0; c < n; ++c) {
+    held_lanes<NV, R>(held, k + c * ldk, key);
+    for (int r = 0; r < R; ++r) lanes[r][c] = key[r];
+  }
+}
+#endif
+
 // Whether this target sums the lanes of a run of scores in one tree (sums_of_16): AVX-512, f32.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 template <class T>
@@ -232,7 +273,13 @@ HWY_INLINE void score_dots(const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, std
 
 // s[r] [n] <- score_dots(q[r], k, ldk, n, dim, s[r]) for the query rows r in [0, rows), rows at
 // most kDotRows, bitwise: each key's row loaded and converted once for up to four query rows
-// (score_lanes_rows), and each row's n lane sums in one tree where kSharedSums<T>.
+// (score_lanes_rows), and each row's n lane sums in one tree where kSharedSums<T>. At D = 128 two
+// rows at a time are held in registers for the whole run (held_run) and each key's row is
+// converted once per two rows, where loading four rows' q for every key took more loads than
+// multiply-adds: a driver alternating the builds call by call (qkv::attention_forward, heads-first
+// cache [1, 8, 16384, 128], Tq 1 over Hq 32 or 16, Tq 4 over Hq 8, 2 threads, AMD EPYC (family
+// 25, model 17) Zen 4 VM, 2026-11-29, medians of 21 calls, two rounds), held over loaded: f16
+// 0.93-0.97, bf16 0.96-0.98, f32 0.92-1.00 (bench/README.md).
 template <class T, class E>
 HWY_INLINE void score_dots_rows(const T* const* q, std::int64_t rows, const E* HWY_RESTRICT k,
                                 std::int64_t ldk, std::int64_t n, std::int64_t dim, T* const* s) {
@@ -242,17 +289,22 @@ HWY_INLINE void score_dots_rows(const T* const* q, std::int64_t rows, const E* H
     if (n >= kMinShared) {
       const hn::Full512<float> d;
       hn::Vec512<float> lanes[kDotRows][kScoreRun];
-      for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
-        const std::int64_t m = std::min<std::int64_t>(4, rows - r0);
-        hn::Vec512<float> key[4];
-        for (std::int64_t c = 0; c < kScoreRun; ++c) {
-          if (c >= n) {
-            for (std::int64_t r = 0; r < m; ++r) lanes[r0 + r][c] = hn::Zero(d);
-            continue;
+      if (dim == 128) {  // two rows' 16 vectors held, with their 8 accumulators
+        std::int64_t r0 = 0;
+        for (; r0 + 2 <= rows; r0 += 2) held_run<8, 2>(q + r0, k, ldk, n, lanes + r0);
+        if (r0 < rows) held_run<8, 1>(q + r0, k, ldk, n, lanes + r0);
+      } else {
+        for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
+          const std::int64_t m = std::min<std::int64_t>(4, rows - r0);
+          hn::Vec512<float> key[4];
+          for (std::int64_t c = 0; c < n; ++c) {
+            score_lanes_upto4(m, q + r0, k + c * ldk, dim, key);
+            for (std::int64_t r = 0; r < m; ++r) lanes[r0 + r][c] = key[r];
           }
-          score_lanes_upto4(m, q + r0, k + c * ldk, dim, key);
-          for (std::int64_t r = 0; r < m; ++r) lanes[r0 + r][c] = key[r];
         }
+      }
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t c = n; c < kScoreRun; ++c) lanes[r][c] = hn::Zero(d);
       }
       for (std::int64_t r = 0; r < rows; ++r) {
         hn::BlendedStore(sums_of_16(lanes[r]), hn::FirstN(d, static_cast<std::size_t>(n)), d, s[r]);
