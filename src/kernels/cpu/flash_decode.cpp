@@ -512,6 +512,17 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     GroupScratch<T> products(grouped ? d.Hk : 0, group_rows, grouped ? d.D : 0, grouped ? d.Dv : 0);
     const bool online = !grouped && !heads_first && kv_elements > kOnlineMinElements &&
                         !p.dropout.enabled() && plain_scores(p.score_mod);
+    // Whether the tile k-block kb of batch b is full for every query head. The key-by-key step
+    // and the scores-softmax-values path agree only up to rounding, so the choice between them is
+    // taken over all the heads, never the heads of one item: the items' head groups follow the
+    // thread count ([B, T, H, D], above), and a mask that drops a key for one head only gave
+    // other bits on 4 threads than on 1 (DecodeThreadCount.PerHeadMaskPastTheKeyByKeyThreshold).
+    const auto every_head_full = [&](std::int64_t b, std::int64_t kb) {
+      for (std::int64_t h = 0; h < d.Hq; ++h) {
+        if (blocks.kind(b, h, 0, kb) != TileKind::full) return false;
+      }
+      return true;
+    };
     const auto online_step = hwy::AllocateAligned<T>(static_cast<std::size_t>(
         online
             ? 5 * round_up(d.Hq * d.Tq, static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>())))
@@ -534,14 +545,13 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
       }
       for (std::int64_t j0 = split * split_length; j0 < k_end; j0 += kBk) {
         const std::int64_t cols = std::min(kBk, k_end - j0);
-        bool any = false, all_full = true;
+        bool any = false;
         for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
           kinds[h] = live > 0 ? blocks.kind(b, h, 0, j0 / kBk) : TileKind::empty;
           any = any || kinds[h] != TileKind::empty;
-          all_full = all_full && kinds[h] == TileKind::full;
         }
         if (!any) continue;
-        if (online && all_full && live == d.Tq) {
+        if (online && live == d.Tq && every_head_full(b, j0 / kBk)) {
           decode_online(d, k, v, q_scaled.get(), b, heads, j0, cols, k_ahead, state,
                         online_step.get());
           continue;

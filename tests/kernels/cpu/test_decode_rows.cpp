@@ -2,7 +2,7 @@
 // key's K or V row once for all the query rows of a k/v head: score_dot_rows and score_dots_rows
 // against score_dot row by row and key by key, axpy_rows and values_rows against axpy key by key
 // and row by row, bitwise on every SIMD target this CPU runs (the backward recomputes the scores
-// with score_dot, and the layouts of one call must give one result), keys and values stored as
+// with score_dot, and a short cache gives one result in either layout), keys and values stored as
 // f32, bf16 and f16. Then the decode paths they serve, against the f64 reference: a heads-first
 // cache long enough for splits past kDecodeSplit, and a GQA group whose heads' tiles differ.
 #undef HWY_TARGET_INCLUDE

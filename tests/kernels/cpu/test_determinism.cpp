@@ -197,6 +197,34 @@ TEST_F(BackendEnvironment, UnknownBackendNameIsAnError) {
   }
 }
 
+// Decode from a cache past the key-by-key threshold (flash_decode.cpp, kOnlineMinElements) in
+// [B, T, H, D], where the items take groups of heads whose number follows the thread count (3
+// splits of 1024 keys: one group on 1 to 3 threads, two on 4), and a mask that drops one key of
+// the first tile for one head only. Whether a tile goes key by key or through scores and values
+// is decided from every head's tile, never from the heads one item holds, so the bits are the
+// same on every thread count.
+TEST(DecodeThreadCount, PerHeadMaskPastTheKeyByKeyThreshold) {
+  const ThreadBudget restore;
+  const std::int64_t H = 32, Tk = 3072, D = 128;  // 25.2M elements of K and V
+  Generator g(5);
+  const Tensor q = Tensor::randn({1, 1, H, D}, g, DType::f32);
+  const Tensor k = Tensor::randn({1, Tk, H, D}, g, DType::f32);
+  const Tensor v = Tensor::randn({1, Tk, H, D}, g, DType::f32);
+  AttentionOptions options;
+  options.backend = Backend::cpu;
+  options.mask = Tensor::full({1, H, 1, Tk}, 1.0, DType::boolean);
+  options.mask.set({0, 20, 0, 10}, 0.0);
+  set_num_threads(1);
+  const AttentionOutput first = attention_forward(q, k, v, options);
+  for (const int threads : {2, 3, 4, 5}) {
+    set_num_threads(threads);
+    const AttentionOutput again = attention_forward(q, k, v, options);
+    EXPECT_TRUE(bitwise_equal({first.out.to_vector(), first.lse.to_vector()},
+                              {again.out.to_vector(), again.lse.to_vector()}))
+        << threads << " threads";
+  }
+}
+
 TEST(FusedMasking, RowsWithEveryKeyDroppedGiveZerosAndMinusInfinity) {
   FusedCase c;
   c.B = 3;  // the last batch keeps no key at all (see make_inputs)

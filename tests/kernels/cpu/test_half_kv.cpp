@@ -295,6 +295,35 @@ TEST(HalfKv, LargeCacheDecodedKeyByKey) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// The same key-by-key path with several query rows per k/v head: 2 queries of a GQA group of 2
+// (Hq 8 over Hk 4), 4 rows that each key's online step moves together, against the f64
+// reference within FlashAttention's rule, on every SIMD target this CPU runs.
+TEST(HalfKv, LargeCacheGroupRowsDecodedKeyByKey) {
+  const ForcedFusedPath f32_path(std::nullopt);
+  const std::int64_t Hq = 8, Hk = 4, Tq = 2, Tk = 24003, D = 128;  // 24.6M elements of K and V
+  Generator g(22);
+  const Tensor q = Tensor::randn({1, Tq, Hq, D}, g, DType::f64).to(DType::f16);
+  const Tensor k = Tensor::randn({1, Tk, Hk, D}, g, DType::f64).to(DType::f16);
+  const Tensor v = Tensor::randn({1, Tk, Hk, D}, g, DType::f64).to(DType::f16);
+  AttentionOptions reference;
+  reference.backend = Backend::reference;
+  const AttentionOutput exact =
+      attention_forward(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), reference);
+  const AttentionOutput low =
+      attention_forward(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), reference);
+  AttentionOptions options;
+  options.backend = Backend::cpu;
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    const AttentionOutput f32 = same_bits_as_f32(q, k, v, options);
+    const double slack = 2.0 * max_error(low.out, exact.out);
+    EXPECT_LE(max_error(f32.out, exact.out), slack + 1e-6 * max_abs(exact.out));
+    EXPECT_LE(max_error(f32.lse, exact.lse), 1e-5);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 // f16 inputs near its largest value (6e4) at D = 256: q . k reaches ~9e11, far past f16's range;
 // the kernels scale and sum in f32, so nothing overflows, and the output is the reference's.
 class F16Range : public ::testing::TestWithParam<std::int64_t> {};
