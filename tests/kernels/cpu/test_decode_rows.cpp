@@ -13,7 +13,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -143,6 +145,16 @@ void check_scores() {
     std::vector<E> k(static_cast<std::size_t>(kRun * ldk), stored<E>(0.0));
     for (T& x : q) x = static_cast<T>(g.next_normal());
     for (E& x : k) x = stored<E>(3 * g.next_normal());
+    // Values past the finite normal draws, in keys every row count and run length reaches (a run
+    // of n keys reads keys [0, n)): -0, a NaN, an infinity and the largest finite magnitudes E
+    // holds, each where it enters one vector lane of the dot products.
+    const double big = std::is_same_v<E, F16> ? 6e4 : 1e30;
+    k[static_cast<std::size_t>(0 * ldk + dim / 2)] = stored<E>(-0.0);
+    k[static_cast<std::size_t>(2 * ldk + dim - 1)] = stored<E>(big);
+    k[static_cast<std::size_t>(3 * ldk + dim / 3)] = stored<E>(-big);
+    k[static_cast<std::size_t>(5 * ldk + dim / 2)] =
+        stored<E>(std::numeric_limits<double>::quiet_NaN());
+    k[static_cast<std::size_t>(9 * ldk)] = stored<E>(std::numeric_limits<double>::infinity());
     for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
       hwy::SetSupportedTargetsForTest(target);
       for (std::int64_t rows = 1; rows <= kRows; ++rows) {
@@ -172,6 +184,11 @@ void check_values() {
     for (T& x : P) x = static_cast<T>(std::fabs(g.next_normal()));
     for (T& x : acc) x = static_cast<T>(g.next_normal());
     for (E& x : v) x = stored<E>(g.next_normal());
+    // A NaN in key 2's row and an infinity in key 3's (in every key count but 1), and -0.
+    v[static_cast<std::size_t>(2 * ldv + count / 2)] =
+        stored<E>(std::numeric_limits<double>::quiet_NaN());
+    v[static_cast<std::size_t>(3 * ldv)] = stored<E>(-std::numeric_limits<double>::infinity());
+    v[static_cast<std::size_t>(ldv + count - 1)] = stored<E>(-0.0);
     for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
       hwy::SetSupportedTargetsForTest(target);
       for (std::int64_t rows = 1; rows <= kRows; ++rows) {
