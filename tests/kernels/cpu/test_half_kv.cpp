@@ -209,6 +209,33 @@ AttentionOutput same_bits_as_f32(const Tensor& q, const Tensor& k, const Tensor&
   return f32;
 }
 
+// The reference's outputs for q, k and v computed in f64 (exact) and in f32 (low), whose error
+// FlashAttention's rule doubles into the kernel's allowance.
+struct References {
+  AttentionOutput exact, low;
+};
+
+References references(const Tensor& q, const Tensor& k, const Tensor& v) {
+  AttentionOptions reference;
+  reference.backend = Backend::reference;
+  return {attention_forward(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), reference),
+          attention_forward(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), reference)};
+}
+
+// check(out) for the fused CPU kernel's output on q, k and v (same_bits_as_f32) on every SIMD
+// target this CPU runs.
+template <class Check>
+void on_every_target(const Tensor& q, const Tensor& k, const Tensor& v, Check check) {
+  AttentionOptions options;
+  options.backend = Backend::cpu;
+  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    hwy::SetSupportedTargetsForTest(target);
+    check(same_bits_as_f32(q, k, v, options));
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 // Infinities and NaNs in an f16 cache read as their f32 conversion gives them, on every target:
 // Highway 1.0.3's software conversion (x86 below AVX2, EMU128, SCALAR) read them as finite
 // numbers of 2^16 and more (load_as-inl.h). A decode (split keys) and a prefill (tiles), each
@@ -262,23 +289,13 @@ TEST(HalfKv, LargeCacheDecodedKeyByKey) {
   Tensor k = Tensor::randn({B, Tk, H, D}, g, DType::f64).to(DType::f16);
   const Tensor v = Tensor::randn({B, Tk, H, D}, g, DType::f64).to(DType::f16);
   k.set({0, 7000, 3, 5}, std::numeric_limits<double>::quiet_NaN());
-  AttentionOptions reference;
-  reference.backend = Backend::reference;
-  const AttentionOutput exact =
-      attention_forward(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), reference);
-  const AttentionOutput low =
-      attention_forward(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), reference);
-  AttentionOptions options;
-  options.backend = Backend::cpu;
+  const References ref = references(q, k, v);
   // Every SIMD target this CPU runs: the online step goes over the rows a vector at a time, 8
   // rows in half of an AVX-512 vector, in one of AVX2's, in two of SSE4's.
-  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    SCOPED_TRACE(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(target);
-    const AttentionOutput f32 = same_bits_as_f32(q, k, v, options);
+  on_every_target(q, k, v, [&](const AttentionOutput& f32) {
     for (std::int64_t h = 0; h < H; ++h) {
       SCOPED_TRACE("head " + std::to_string(h));
-      const Tensor out = f32.out.slice(2, h, h + 1), want = exact.out.slice(2, h, h + 1);
+      const Tensor out = f32.out.slice(2, h, h + 1), want = ref.exact.out.slice(2, h, h + 1);
       if (h == 3) {
         for (const double x : out.to_vector()) EXPECT_TRUE(std::isnan(x));
         EXPECT_TRUE(std::isnan(f32.lse.at({0, h, 0})));
@@ -287,12 +304,11 @@ TEST(HalfKv, LargeCacheDecodedKeyByKey) {
       const std::vector<double> values = out.to_vector();
       EXPECT_TRUE(
           std::all_of(values.begin(), values.end(), [](double x) { return std::isfinite(x); }));
-      const double slack = 2.0 * max_error(low.out.slice(2, h, h + 1), want);
+      const double slack = 2.0 * max_error(ref.low.out.slice(2, h, h + 1), want);
       EXPECT_LE(max_error(out, want), slack + 1e-6 * max_abs(want));
-      EXPECT_NEAR(f32.lse.at({0, h, 0}), exact.lse.at({0, h, 0}), 1e-5);
+      EXPECT_NEAR(f32.lse.at({0, h, 0}), ref.exact.lse.at({0, h, 0}), 1e-5);
     }
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  });
 }
 
 // The same key-by-key path with several query rows per k/v head: 2 queries of a GQA group of 2
@@ -305,23 +321,12 @@ TEST(HalfKv, LargeCacheGroupRowsDecodedKeyByKey) {
   const Tensor q = Tensor::randn({1, Tq, Hq, D}, g, DType::f64).to(DType::f16);
   const Tensor k = Tensor::randn({1, Tk, Hk, D}, g, DType::f64).to(DType::f16);
   const Tensor v = Tensor::randn({1, Tk, Hk, D}, g, DType::f64).to(DType::f16);
-  AttentionOptions reference;
-  reference.backend = Backend::reference;
-  const AttentionOutput exact =
-      attention_forward(q.to(DType::f64), k.to(DType::f64), v.to(DType::f64), reference);
-  const AttentionOutput low =
-      attention_forward(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), reference);
-  AttentionOptions options;
-  options.backend = Backend::cpu;
-  for (const std::int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    SCOPED_TRACE(hwy::TargetName(target));
-    hwy::SetSupportedTargetsForTest(target);
-    const AttentionOutput f32 = same_bits_as_f32(q, k, v, options);
-    const double slack = 2.0 * max_error(low.out, exact.out);
-    EXPECT_LE(max_error(f32.out, exact.out), slack + 1e-6 * max_abs(exact.out));
-    EXPECT_LE(max_error(f32.lse, exact.lse), 1e-5);
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  const References ref = references(q, k, v);
+  on_every_target(q, k, v, [&](const AttentionOutput& f32) {
+    const double slack = 2.0 * max_error(ref.low.out, ref.exact.out);
+    EXPECT_LE(max_error(f32.out, ref.exact.out), slack + 1e-6 * max_abs(ref.exact.out));
+    EXPECT_LE(max_error(f32.lse, ref.exact.lse), 1e-5);
+  });
 }
 
 // f16 inputs near its largest value (6e4) at D = 256: q . k reaches ~9e11, far past f16's range;
