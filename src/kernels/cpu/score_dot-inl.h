@@ -276,7 +276,7 @@ HWY_INLINE void score_dots(const T* HWY_RESTRICT q, const E* HWY_RESTRICT k, std
 // (score_lanes_rows), and each row's n lane sums in one tree where kSharedSums<T>. At D = 128 two
 // rows at a time are held in registers for the whole run (held_run) and each key's row is
 // converted once per two rows, where loading four rows' q for every key took more loads than
-// multiply-adds: a driver alternating the builds call by call (qkv::attention_forward, heads-first
+// multiply-adds: a driver alternating both ways call by call (qkv::attention_forward, heads-first
 // cache [1, 8, 16384, 128], Tq 1 over Hq 32 or 16, Tq 4 over Hq 8, 2 threads, AMD EPYC (family
 // 25, model 17) Zen 4 VM, 2026-11-29, medians of 21 calls, two rounds), held over loaded: f16
 // 0.93-0.97, bf16 0.96-0.98, f32 0.92-1.00 (bench/README.md).
