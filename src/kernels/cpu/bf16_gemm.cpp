@@ -61,6 +61,20 @@ bool fused_bf16_path(std::int64_t Tk, MatrixPath& path) {
   return true;
 }
 
+bool decode_bf16_path(MatrixPath& path) {
+  const int forced = forced_path.load(std::memory_order_relaxed);
+  if (forced == -2) return false;
+  const bool hardware = path_available(MatrixPath::avx512_bf16);
+  if (forced == -1) {
+    path = MatrixPath::avx512_bf16;
+    return hardware;
+  }
+  path = static_cast<MatrixPath>(forced) == MatrixPath::amx_emulated || !hardware
+             ? MatrixPath::amx_emulated
+             : MatrixPath::avx512_bf16;
+  return true;
+}
+
 void force_fused_path(std::optional<MatrixPath> path) {
   forced_path.store(path ? static_cast<int>(*path) : -2, std::memory_order_relaxed);
 }

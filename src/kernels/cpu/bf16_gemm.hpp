@@ -63,6 +63,12 @@ inline constexpr std::int64_t kAmxMinKeys = 0;
 // (whatever Tk).
 bool fused_bf16_path(std::int64_t Tk, MatrixPath& path);
 
+// Whether decode shapes of bf16 q, k and v take their scores from bf16_score_dots (bf16_dots.hpp;
+// true, and on which path): wherever the CPU has AVX512-BF16 (from any Tk: they pack nothing),
+// unless a test forced the fused path (none keeps the f32 dot products; amx_emulated takes the
+// emulated dots; a hardware path, VDPBF16PS).
+bool decode_bf16_path(MatrixPath& path);
+
 // For tests, process-wide: the fused forward's bf16 products on path (available), or with nullopt
 // none (f32 compute), until reset_fused_path().
 void force_fused_path(std::optional<MatrixPath> path);

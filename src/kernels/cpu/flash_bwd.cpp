@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/block_view.hpp"
+#include "kernels/cpu/bf16_dots.hpp"
 #include "kernels/cpu/bf16_grads-inl.h"
 #include "kernels/cpu/drop_cache-inl.h"
 #include "kernels/cpu/entry.hpp"
@@ -100,6 +102,12 @@ struct Packed {
   // The bf16 products (T = float, bf16 inputs, a matrix path; else null): then kt and vt are not
   // packed, and the tiles' products go through it.
   const Bf16Grads* bf16 = nullptr;
+  // Decode shapes of bf16 inputs whose forward took its scores from the bf16 dot products
+  // (decode_bf16_dots; else null): Q [B, Hq, Tq, D] and K [B, Hk, Tk, D] as bf16 bits, and the
+  // dots' path.
+  const std::uint16_t* q_bf16 = nullptr;
+  const std::uint16_t* k_bf16 = nullptr;
+  MatrixPath dots_path = MatrixPath::amx_emulated;
 
   // The bf16 products' index of q-block qb of query head bh (b * Hq + h), and of k-block kb of
   // k/v head `head`.
@@ -218,7 +226,8 @@ void zero_columns(T* S, std::int64_t rows, std::int64_t n) {
 // zero padding, or set here), which soft-capping reads with the rest of the row before the mask
 // sets them to -inf. Decode shapes take their scores as the split-keys forward did: from
 // score_dot, or for a k/v head of kDecodeGroupedRows query rows or more from the same product
-// (each score the same chain of multiply-adds over D whatever the rows around it).
+// (each score the same chain of multiply-adds over D whatever the rows around it), or with
+// packed.q_bf16 from the bf16 dot products (bf16_dots.hpp) as the forward's.
 // With packed.bf16, from the bf16 products (row0 = (b * Hq + h) * Tq + i0).
 template <class T>
 void tile_scores(const Dims& d, const Packed<T>& packed, T scale, std::int64_t head,
@@ -227,6 +236,24 @@ void tile_scores(const Dims& d, const Packed<T>& packed, T scale, std::int64_t h
     if (packed.bf16 != nullptr) {
       const std::int64_t bh = row0 / d.Tq, qb = row0 % d.Tq / kBq;
       packed.bf16->scores(packed.q_slot(bh, qb), packed.k_slot(head, j0 / kBk), rows, scale, S);
+      return;
+    }
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (packed.q_bf16 != nullptr) {
+      const std::uint16_t* k = packed.k_bf16 + (head * d.Tk + j0) * d.D;
+      const std::uint16_t* q[kBf16DotRows];
+      float* s[kBf16DotRows];
+      for (std::int64_t r0 = 0; r0 < rows; r0 += kBf16DotRows) {
+        const std::int64_t m = std::min(kBf16DotRows, rows - r0);
+        for (std::int64_t r = 0; r < m; ++r) q[r] = packed.q_bf16 + (row0 + r0 + r) * d.D;
+        for (std::int64_t c = 0; c < cols; c += kBf16DotKeys) {
+          for (std::int64_t r = 0; r < m; ++r) s[r] = S + (r0 + r) * kBk + c;
+          bf16_score_dots(packed.dots_path, q, m, k + c * d.D, d.D,
+                          std::min(kBf16DotKeys, cols - c), d.D, scale, s);
+        }
+      }
+      zero_columns(S, rows, cols);
       return;
     }
   }
@@ -621,6 +648,34 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
     if (p.bf16_inputs && d.Tq > TileTraits::kDecodeMaxQueries && fused_bf16_path(d.Tk, path)) {
       bf16.emplace(d, path, q_blocks, k_tiles);
       packed.bf16 = &*bf16;
+    }
+  }
+  // Decode shapes' bf16 dot products where the forward took them (flash_decode.cpp), from Q and
+  // K as bf16 bits again (exactly: their values are bf16's).
+  LargeBuffer<std::uint16_t> q_bf16, k_bf16;
+  if constexpr (std::is_same_v<T, float>) {
+    MatrixPath path;
+    if (p.bf16_inputs && decode_bf16_dots(d, path)) {
+      q_bf16 = allocate_large<std::uint16_t>(static_cast<size_t>(rows_all * d.D));
+      k_bf16 = allocate_large<std::uint16_t>(static_cast<size_t>(d.B * d.Hk * d.Tk * d.D));
+      const auto bits = [&](const float* from, std::uint16_t* to) {
+        for (std::int64_t x = 0; x < d.D; ++x) {
+          to[x] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(from[x]) >> 16);
+        }
+      };
+#pragma omp parallel for schedule(static)
+      for (std::int64_t row = 0; row < rows_all; ++row) {  // [B, Hq, Tq]
+        const std::int64_t i = row % d.Tq, h = row / d.Tq % d.Hq, b = row / d.Tq / d.Hq;
+        bits(p.q.at(b, i, h), q_bf16.get() + row * d.D);
+      }
+#pragma omp parallel for schedule(static)
+      for (std::int64_t key = 0; key < d.B * d.Hk * d.Tk; ++key) {  // [B, Hk, Tk]
+        const std::int64_t j = key % d.Tk, hk = key / d.Tk % d.Hk, b = key / d.Tk / d.Hk;
+        bits(p.k.at(b, j, hk), k_bf16.get() + key * d.D);
+      }
+      packed.q_bf16 = q_bf16.get();
+      packed.k_bf16 = k_bf16.get();
+      packed.dots_path = path;
     }
   }
   const PackOnce rows_once(d.B * d.Hq * q_blocks);

@@ -22,6 +22,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/block_view.hpp"
+#include "kernels/cpu/bf16_dots.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/decode.hpp"
 #include "kernels/cpu/gemm-inl.h"
@@ -71,6 +72,41 @@ struct GroupRows {
 };
 static_assert(TileTraits::kDecodeGroupedRows <= kDotRows, "a dot-product group fits GroupRows");
 
+// Where q, k and v are all bf16 and decode_bf16_dots says so, the scores come from bf16 dot
+// products of the rows as they lie (bf16_dots.hpp), as the backward recomputes them
+// (flash_bwd.cpp's tile_scores), in place of grouped_scores. q: Q [B, Tq, Hq, D] as bf16 bits.
+struct DecodeDots {
+  bool on = false;
+  MatrixPath path = MatrixPath::amx_emulated;
+  const std::uint16_t* q = nullptr;
+  float scale = 1;
+};
+
+// S[(h Tq + i) kBk + c] <- the score of query i (in [0, live)) of head h of k/v head hk of batch
+// b against key c in [0, n) of k (bf16 rows ldk apart), from the bf16 dot products, kBf16DotRows
+// rows a call.
+template <class E>
+void head_dots(const Dims& d, const DecodeDots& dots, std::int64_t b, std::int64_t hk,
+               std::int64_t live, const E* k, std::int64_t ldk, std::int64_t n, float* S) {
+  static_assert(sizeof(E) == 2, "bf16 keys");
+  const std::uint16_t* q[kBf16DotRows];
+  float* s[kBf16DotRows];
+  std::int64_t m = 0;
+  const auto flush = [&] {
+    bf16_score_dots(dots.path, q, m, reinterpret_cast<const std::uint16_t*>(k), ldk, n, d.D,
+                    dots.scale, s);
+    m = 0;
+  };
+  for (std::int64_t h = hk * d.group(); h < (hk + 1) * d.group(); ++h) {
+    for (std::int64_t i = 0; i < live; ++i) {
+      q[m] = dots.q + ((b * d.Tq + i) * d.Hq + h) * d.D;
+      s[m++] = S + (h * d.Tq + i) * kBk;
+      if (m == kBf16DotRows) flush();
+    }
+  }
+  if (m > 0) flush();
+}
+
 // The scores (scale q_i) . k_j (q_scaled: scale * Q, [B, Tq, Hq, D] contiguous) of the rows
 // [0, live) of the heads in `heads` of batch b against keys [j0, j0 + cols), into S [Hq * Tq, kBk]
 // (row h * Tq + i). Key by key: the K rows of one key, all heads side by side, are one contiguous
@@ -90,11 +126,13 @@ static_assert(TileTraits::kDecodeGroupedRows <= kDotRows, "a dot-product group f
 // runs (where kSharedSums<T>): keys taken kScoreRun at a time and head by head within the run,
 // each row's run of scores from score_dots (the same bits), for calls whose K sits in cache (see
 // decode_impl).
+// With dots.on, the scores are the bf16 dot products', in runs of keys whatever `runs` says:
+// they take the grouped products' place, which went a tile at a time.
 template <class T, class ScoreMod, class MaskMod, class E>
 void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& k_rows,
-                   const Rows<const E>& v_rows, const T* q_scaled, std::int64_t b, HeadRange heads,
-                   std::int64_t live, std::int64_t j0, std::int64_t cols, std::int64_t k_ahead,
-                   bool runs, T* S) {
+                   const Rows<const E>& v_rows, const T* q_scaled, const DecodeDots& dots,
+                   std::int64_t b, HeadRange heads, std::int64_t live, std::int64_t j0,
+                   std::int64_t cols, std::int64_t k_ahead, bool runs, T* S) {
   const Dims& d = p.dims;
   const std::int64_t hk_lo = heads.lo / d.group(), hk_hi = heads.hi / d.group();
   // Key c's V rows, and K's k_ahead keys on, asked of the cache.
@@ -104,7 +142,17 @@ void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
       prefetch_key(k_rows, b, j0 + c + k_ahead, hk_lo, hk_hi, d.D);
     }
   };
-  if (kSharedSums<T> && runs) {
+  if (dots.on) {
+    if constexpr (std::is_same_v<E, Bf16>) {
+      for (std::int64_t c0 = 0; c0 < cols; c0 += kBf16DotKeys) {
+        const std::int64_t n = std::min(kBf16DotKeys, cols - c0);
+        for (std::int64_t c = c0; c < c0 + n; ++c) ask(c);
+        for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+          head_dots(d, dots, b, hk, live, k_rows.at(b, j0 + c0, hk), k_rows.row, n, S + c0);
+        }
+      }
+    }
+  } else if (kSharedSums<T> && runs) {
     for (std::int64_t c0 = 0; c0 < cols; c0 += kScoreRun) {
       const std::int64_t n = std::min(kScoreRun, cols - c0);
       for (std::int64_t c = c0; c < c0 + n; ++c) ask(c);
@@ -447,6 +495,20 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     scale_rows(p.q.at(bi / d.Tq, bi % d.Tq, 0), p.q.head, d.Hq, d.D, p.scale,
                q_scaled.get() + bi * d.Hq * d.D);
   }
+  DecodeDots dots;
+  LargeBuffer<std::uint16_t> q_bf16;  // Q [B, Tq, Hq, D] for the dots
+  if constexpr (std::is_same_v<E, Bf16>) {
+    if (p.half_kv.q.data != nullptr && decode_bf16_dots(d, dots.path)) {
+      q_bf16 = allocate_large<std::uint16_t>(static_cast<size_t>(rows * d.D));
+      for (std::int64_t bi = 0; bi < d.B * d.Tq; ++bi) {
+        for (std::int64_t h = 0; h < d.Hq; ++h) {
+          std::copy_n(p.half_kv.q.at(bi / d.Tq, bi % d.Tq, h), d.D,
+                      q_bf16.get() + (bi * d.Hq + h) * d.D);
+        }
+      }
+      dots = {true, dots.path, q_bf16.get(), p.scale};
+    }
+  }
   // Partial state of (b, h, i) for split c, at index ((b * Hq + h) * Tq + i) * splits + c.
   // Fewer (batch, split) pairs than threads (short caches, B = 1) would leave threads idle: then
   // the k/v heads are dealt out too, in as few groups as give every thread an item. No more
@@ -506,12 +568,14 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     const SoftmaxState<T> state = scratch.state();
     std::vector<TileKind> kinds(static_cast<std::size_t>(d.Hq));  // each head's tile
     // Every query row of a k/v head, live or not, enters the grouped products (rows past live
-    // are computed and never read), so the choice depends on the shapes only.
-    const bool grouped = d.group() * d.Tq >= kGroupedRows;
+    // are computed and never read), so the choice depends on the shapes only; the bf16 dots
+    // take their place where they are on.
+    const bool grouped = d.group() * d.Tq >= kGroupedRows && !dots.on;
     const std::int64_t group_rows = d.group() * d.Tq;
     GroupScratch<T> products(grouped ? d.Hk : 0, group_rows, grouped ? d.D : 0, grouped ? d.Dv : 0);
-    const bool online = !grouped && !heads_first && kv_elements > kOnlineMinElements &&
-                        !p.dropout.enabled() && plain_scores(p.score_mod);
+    const bool online = d.group() * d.Tq < kGroupedRows && !heads_first &&
+                        kv_elements > kOnlineMinElements && !p.dropout.enabled() &&
+                        plain_scores(p.score_mod);
     // Whether the tile k-block kb of batch b is full for every query head. The key-by-key step
     // and the scores-softmax-values path agree only up to rounding, so the choice between them is
     // taken over all the heads, never the heads of one item: the items' head groups follow the
@@ -559,7 +623,7 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
         if (grouped) {
           grouped_scores(d, k, v, b, hk_lo, hk_hi, j0, cols, products, scratch.s.get());
         } else {
-          decode_scores(p, k, v, q_scaled.get(), b, heads, live, j0, cols, k_ahead, runs,
+          decode_scores(p, k, v, q_scaled.get(), dots, b, heads, live, j0, cols, k_ahead, runs,
                         scratch.s.get());
         }
         decode_softmax(p, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), scratch.z.get(),

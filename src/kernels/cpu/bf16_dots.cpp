@@ -1,0 +1,70 @@
+#include "kernels/cpu/bf16_dots.hpp"
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/tile_traits.hpp"
+
+namespace qkv::kernels::cpu {
+namespace {
+
+// x, or a zero of its sign where it is subnormal (VDPBF16PS's DAZ and FTZ).
+float flushed(float x) { return std::fabs(x) < std::numeric_limits<float>::min() ? 0.0f * x : x; }
+
+float bf16_value(std::uint16_t bits) {
+  return flushed(std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16));
+}
+
+// acc + a * b rounded once: the product of two bf16 values is exact in double and the double sum
+// rounds to the correctly rounded float sum (53 >= 2 x 24 + 2 bits), with no libm call.
+float add_product(float acc, float a, float b) {
+  return flushed(static_cast<float>(static_cast<double>(a) * static_cast<double>(b) +
+                                    static_cast<double>(acc)));
+}
+
+// scale * (q . k) over dim elements, bf16_dots.hpp's chain and tree.
+float emulated_dot(const std::uint16_t* q, const std::uint16_t* k, std::int64_t dim, float scale) {
+  float lanes[16] = {};
+  for (std::int64_t x = 0; x < dim; x += 32) {
+    for (std::int64_t l = 0; l < 16; ++l) {
+      const std::int64_t even = x + 2 * l, odd = even + 1;
+      const float qo = odd < dim ? bf16_value(q[odd]) : 0.0f;
+      const float ko = odd < dim ? bf16_value(k[odd]) : 0.0f;
+      const float qe = even < dim ? bf16_value(q[even]) : 0.0f;
+      const float ke = even < dim ? bf16_value(k[even]) : 0.0f;
+      lanes[l] = add_product(add_product(lanes[l], qo, ko), qe, ke);
+    }
+  }
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int i = 0; i < width; ++i) lanes[i] = lanes[i] + lanes[i + width];
+  }
+  return lanes[0] * scale;
+}
+
+}  // namespace
+
+void bf16_score_dots_emulated(const std::uint16_t* const* q, std::int64_t rows,
+                              const std::uint16_t* k, std::int64_t ldk, std::int64_t n,
+                              std::int64_t dim, float scale, float* const* s) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < n; ++c) s[r][c] = emulated_dot(q[r], k + c * ldk, dim, scale);
+  }
+}
+
+bool decode_bf16_dots(const Dims& d, MatrixPath& path) {
+  return d.Tq <= TileTraits::kDecodeMaxQueries &&
+         d.group() * d.Tq >= TileTraits::kDecodeGroupedRows && decode_bf16_path(path);
+}
+
+void bf16_score_dots(MatrixPath path, const std::uint16_t* const* q, std::int64_t rows,
+                     const std::uint16_t* k, std::int64_t ldk, std::int64_t n, std::int64_t dim,
+                     float scale, float* const* s) {
+  if (path == MatrixPath::amx_emulated) {
+    bf16_score_dots_emulated(q, rows, k, ldk, n, dim, scale, s);
+  } else {
+    bf16_score_dots_avx512(q, rows, k, ldk, n, dim, scale, s);
+  }
+}
+
+}  // namespace qkv::kernels::cpu

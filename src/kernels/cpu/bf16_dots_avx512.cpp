@@ -1,0 +1,167 @@
+// bf16_dots.hpp's VDPBF16PS path: each (row, key) one accumulator of 16 lanes over the row's
+// 32-element steps, up to four rows at a time against each key's loaded vectors, rows of up to
+// 128 elements held in registers for the whole run of keys. Compiled with -mavx512f -mavx512bw
+// -mavx512bf16 (CMakeLists.txt) and reached only through bf16_score_dots after
+// decode_bf16_path found AVX512-BF16.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/bf16_dots.hpp"
+
+namespace qkv::kernels::cpu {
+namespace {
+
+// The elements [x, x + 32) of a row of dim bf16, zero past dim.
+__m512bh step_at(const std::uint16_t* row, std::int64_t x, std::int64_t dim) {
+  if (x + 32 <= dim) return (__m512bh)_mm512_loadu_si512(row + x);
+  const auto keep = static_cast<__mmask32>((std::uint64_t{1} << (dim - x)) - 1);
+  return (__m512bh)_mm512_maskz_loadu_epi16(keep, row + x);
+}
+
+// Lanes [0, 16) from a, [16, 32) from b, at idx.
+__m512 pick(__m512 a, const std::int32_t* idx, __m512 b) {
+  return _mm512_permutex2var_ps(a, _mm512_loadu_si512(idx), b);
+}
+
+// The sums of the lanes of v [16], lane c holding v[c]'s, in bf16_dots.hpp's tree (i with i + 8,
+// then i + 4, i + 2 and i + 1, the lower lane the first operand): each level adds two vectors of
+// pairs gathered from two, 15 adds and 30 shuffles for the 16 sums.
+// (Permutes throughout: g++ 12 warns of the undefined operand inside _mm512_shuffle_f32x4.)
+__m512 sums_of_16(const __m512* v) {
+  alignas(64) static constexpr std::int32_t kLow[16] = {0,  1,  2,  3,  4,  5,  6,  7,
+                                                        16, 17, 18, 19, 20, 21, 22, 23};
+  alignas(64) static constexpr std::int32_t kHigh[16] = {8,  9,  10, 11, 12, 13, 14, 15,
+                                                         24, 25, 26, 27, 28, 29, 30, 31};
+  __m512 r[8];  // the pairs (i, i + 8) of v[2j] in lanes [0, 8), of v[2j + 1] in [8, 16)
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_add_ps(pick(v[2 * j], kLow, v[2 * j + 1]), pick(v[2 * j], kHigh, v[2 * j + 1]));
+  }
+  alignas(64) static constexpr std::int32_t kHalvesLow[16] = {0,  1,  2,  3,  8,  9,  10, 11,
+                                                              16, 17, 18, 19, 24, 25, 26, 27};
+  alignas(64) static constexpr std::int32_t kHalvesHigh[16] = {4,  5,  6,  7,  12, 13, 14, 15,
+                                                               20, 21, 22, 23, 28, 29, 30, 31};
+  __m512 t[4];  // the pairs (i, i + 4): vectors 4m .. 4m + 3 in 4 lanes each
+  for (int m = 0; m < 4; ++m) {
+    t[m] = _mm512_add_ps(pick(r[2 * m], kHalvesLow, r[2 * m + 1]),
+                         pick(r[2 * m], kHalvesHigh, r[2 * m + 1]));
+  }
+  alignas(64) static constexpr std::int32_t kQuartersLow[16] = {0,  1,  4,  5,  8,  9,  12, 13,
+                                                                16, 17, 20, 21, 24, 25, 28, 29};
+  alignas(64) static constexpr std::int32_t kQuartersHigh[16] = {2,  3,  6,  7,  10, 11, 14, 15,
+                                                                 18, 19, 22, 23, 26, 27, 30, 31};
+  __m512 u[2];  // the pairs (i, i + 2): vectors 8n .. 8n + 7 in 2 lanes each
+  for (int n = 0; n < 2; ++n) {
+    u[n] = _mm512_add_ps(pick(t[2 * n], kQuartersLow, t[2 * n + 1]),
+                         pick(t[2 * n], kQuartersHigh, t[2 * n + 1]));
+  }
+  alignas(64) static constexpr std::int32_t kEven[16] = {0,  2,  4,  6,  8,  10, 12, 14,
+                                                         16, 18, 20, 22, 24, 26, 28, 30};
+  alignas(64) static constexpr std::int32_t kOdd[16] = {1,  3,  5,  7,  9,  11, 13, 15,
+                                                        17, 19, 21, 23, 25, 27, 29, 31};
+  return _mm512_add_ps(pick(u[0], kEven, u[1]), pick(u[0], kOdd, u[1]));
+}
+
+// The sum of v's lanes in the same tree as sums_of_16, for a few keys.
+float sum_of_lanes(__m512 v) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int i = 0; i < width; ++i) lanes[i] = lanes[i] + lanes[i + width];
+  }
+  return lanes[0];
+}
+
+// lanes[r][c] <- the 16 lanes of row q[r] against key c (k + c ldk), rows [0, R), keys [0, n):
+// each one accumulator over the row's NV steps of 32 (the last zero-padded past dim). NV > 0:
+// the rows' steps held in registers for the run; 0: loaded for every key (rows past 128).
+template <int NV, int R>
+void run_lanes(const std::uint16_t* const* q, const std::uint16_t* k, std::int64_t ldk,
+               std::int64_t n, std::int64_t dim, __m512 (*lanes)[kBf16DotKeys]) {
+  if constexpr (NV > 0) {
+    __m512bh held[R][NV];
+    for (int r = 0; r < R; ++r) {
+      for (int x = 0; x < NV; ++x) held[r][x] = step_at(q[r], 32 * x, dim);
+    }
+    for (std::int64_t c = 0; c < n; ++c) {
+      const std::uint16_t* key = k + c * ldk;
+      __m512 acc[R];
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+      for (int x = 0; x < NV; ++x) {
+        const __m512bh kx = step_at(key, 32 * x, dim);
+        for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], held[r][x], kx);
+      }
+      for (int r = 0; r < R; ++r) lanes[r][c] = acc[r];
+    }
+  } else {
+    for (std::int64_t c = 0; c < n; ++c) {
+      const std::uint16_t* key = k + c * ldk;
+      __m512 acc[R];
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+      for (std::int64_t x = 0; x < dim; x += 32) {
+        const __m512bh kx = step_at(key, x, dim);
+        for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], step_at(q[r], x, dim), kx);
+      }
+      for (int r = 0; r < R; ++r) lanes[r][c] = acc[r];
+    }
+  }
+}
+
+template <int NV>
+void rows_lanes(const std::uint16_t* const* q, std::int64_t rows, const std::uint16_t* k,
+                std::int64_t ldk, std::int64_t n, std::int64_t dim, __m512 (*lanes)[kBf16DotKeys]) {
+  std::int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) run_lanes<NV, 4>(q + r, k, ldk, n, dim, lanes + r);
+  switch (rows - r) {
+    case 3:
+      run_lanes<NV, 3>(q + r, k, ldk, n, dim, lanes + r);
+      break;
+    case 2:
+      run_lanes<NV, 2>(q + r, k, ldk, n, dim, lanes + r);
+      break;
+    case 1:
+      run_lanes<NV, 1>(q + r, k, ldk, n, dim, lanes + r);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void bf16_score_dots_avx512(const std::uint16_t* const* q, std::int64_t rows,
+                            const std::uint16_t* k, std::int64_t ldk, std::int64_t n,
+                            std::int64_t dim, float scale, float* const* s) {
+  __m512 lanes[kBf16DotRows][kBf16DotKeys];
+  switch ((dim + 31) / 32) {
+    case 1:
+      rows_lanes<1>(q, rows, k, ldk, n, dim, lanes);
+      break;
+    case 2:
+      rows_lanes<2>(q, rows, k, ldk, n, dim, lanes);
+      break;
+    case 3:
+      rows_lanes<3>(q, rows, k, ldk, n, dim, lanes);
+      break;
+    case 4:
+      rows_lanes<4>(q, rows, k, ldk, n, dim, lanes);
+      break;
+    default:
+      rows_lanes<0>(q, rows, k, ldk, n, dim, lanes);
+      break;
+  }
+  // From 6 keys the tree's ~45 operations undercut a reduction of ~8 a key (score_dots' measure).
+  constexpr std::int64_t kMinTree = 6;
+  const __m512 times = _mm512_set1_ps(scale);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (n < kMinTree) {
+      for (std::int64_t c = 0; c < n; ++c) s[r][c] = sum_of_lanes(lanes[r][c]) * scale;
+      continue;
+    }
+    for (std::int64_t c = n; c < kBf16DotKeys; ++c) lanes[r][c] = _mm512_setzero_ps();
+    const auto first_n = static_cast<__mmask16>((1u << n) - 1);
+    _mm512_mask_storeu_ps(s[r], first_n, _mm512_mul_ps(sums_of_16(lanes[r]), times));
+  }
+}
+
+}  // namespace qkv::kernels::cpu

@@ -1,0 +1,308 @@
+// Decode shapes of bf16 q, k and v whose k/v heads have 8 query rows or more take their scores
+// from bf16 dot products (kernels/cpu/bf16_dots.hpp), in the forward and in the backward's
+// recomputation, on every path this CPU runs and on the emulated dots everywhere:
+// - the dots themselves: a score's bits whatever the rows and keys around it in a call (the
+//   forward and the backward call them in other groupings), within f32 rounding of the exact sum,
+//   subnormal inputs read as zero;
+// - attention: within FlashAttention's rule of the f64 reference (out 2x, dq, dk, dv 3x the error
+//   of the reference computed from the same bf16 inputs), peaked rows included, whose dv leaves
+//   that bound unless the backward recomputes the forward's scores bit for bit;
+//   deterministic over thread counts; really taken (other bits than the f32 dots'), and not taken
+//   below 8 rows a k/v head.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/bf16_dots.hpp"
+#include "kernels/cpu/bf16_gemm.hpp"
+#include "kernels/cpu/bf16_runs.hpp"
+#include "kernels/cpu/fused_case.hpp"
+#include "qkv/qkv.hpp"
+
+namespace qkv::testing {
+namespace {
+
+using kernels::cpu::bf16_score_dots;
+using kernels::cpu::ForcedFusedPath;
+using kernels::cpu::kBf16DotKeys;
+using kernels::cpu::kBf16DotRows;
+using kernels::cpu::MatrixPath;
+
+std::uint16_t bf16_of(float x) {
+  return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(x) >> 16);
+}
+float value_of(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+
+// kBf16DotRows query rows and kBf16DotKeys keys of dim bf16 values (keys ldk = dim + 3 apart),
+// normal values times 4, with -0, infinities, a NaN and a subnormal where `specials`.
+struct DotInputs {
+  std::int64_t dim, ldk;
+  std::vector<std::uint16_t> q, k;
+  DotInputs(std::int64_t dim_, bool specials, std::uint32_t seed) : dim(dim_), ldk(dim_ + 3) {
+    std::mt19937 g(seed);
+    std::normal_distribution<float> normal(0.0f, 4.0f);
+    q.resize(static_cast<size_t>(kBf16DotRows * dim));
+    k.resize(static_cast<size_t>(kBf16DotKeys * ldk));
+    for (auto& x : q) x = bf16_of(normal(g));
+    for (auto& x : k) x = bf16_of(normal(g));
+    if (specials) {
+      q[0] = bf16_of(-0.0f);
+      q[static_cast<size_t>(dim)] = bf16_of(INFINITY);           // row 1
+      k[static_cast<size_t>(2 * ldk)] = bf16_of(-INFINITY);      // key 2
+      k[static_cast<size_t>(3 * ldk + dim - 1)] = bf16_of(NAN);  // key 3
+      q[static_cast<size_t>(2 * dim + dim / 2)] = 0x0001;        // row 2: subnormal
+    }
+  }
+  const std::uint16_t* row(std::int64_t r) const { return q.data() + r * dim; }
+};
+
+// The scores of rows [r0, r0 + rows) against keys [c0, c0 + n) in one call.
+void dots(MatrixPath path, const DotInputs& in, std::int64_t r0, std::int64_t rows, std::int64_t c0,
+          std::int64_t n, float scale, std::vector<float>& out) {
+  const std::uint16_t* q[kBf16DotRows];
+  float* s[kBf16DotRows];
+  for (std::int64_t r = 0; r < rows; ++r) {
+    q[r] = in.row(r0 + r);
+    s[r] = out.data() + (r0 + r) * kBf16DotKeys + c0;
+  }
+  bf16_score_dots(path, q, rows, in.k.data() + c0 * in.ldk, in.ldk, n, in.dim, scale, s);
+}
+
+std::vector<MatrixPath> dot_paths() {
+  std::vector<MatrixPath> out = {MatrixPath::amx_emulated};
+  if (kernels::cpu::path_available(MatrixPath::avx512_bf16)) {
+    out.push_back(MatrixPath::avx512_bf16);
+  } else {
+    std::printf("[ NOTE     ] not run here (this CPU lacks it): avx512-bf16 dot products\n");
+  }
+  return out;
+}
+
+const std::vector<std::int64_t> kDims = {1, 16, 31, 32, 33, 64, 100, 128, 130, 256};
+
+TEST(Bf16Dots, EachScoresBitsWhateverTheCallAroundIt) {
+  for (const MatrixPath path : dot_paths()) {
+    for (const std::int64_t dim : kDims) {
+      SCOPED_TRACE(std::string(kernels::cpu::path_name(path)) + " dim " + std::to_string(dim));
+      const DotInputs in(dim, true, static_cast<std::uint32_t>(dim));
+      const size_t all = static_cast<size_t>(kBf16DotRows * kBf16DotKeys);
+      std::vector<float> whole(all), alone(all), pieces(all);
+      dots(path, in, 0, kBf16DotRows, 0, kBf16DotKeys, 0.125f, whole);
+      for (std::int64_t r = 0; r < kBf16DotRows; ++r) {
+        for (std::int64_t c = 0; c < kBf16DotKeys; ++c) dots(path, in, r, 1, c, 1, 0.125f, alone);
+      }
+      // Rows 3 + 5 and keys 5 + 7 + 4: every tail of both loops, and runs below and above the
+      // AVX-512 path's tree.
+      for (const auto& [r0, rows] : {std::pair{0, 3}, std::pair{3, 5}}) {
+        for (const auto& [c0, n] : {std::pair{0, 5}, std::pair{5, 7}, std::pair{12, 4}}) {
+          dots(path, in, r0, rows, c0, n, 0.125f, pieces);
+        }
+      }
+      EXPECT_EQ(std::memcmp(whole.data(), alone.data(), all * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(whole.data(), pieces.data(), all * sizeof(float)), 0);
+      // The specials' rows: NaN from the NaN key and from inf against -inf or +-0 products.
+      EXPECT_TRUE(std::isnan(whole[static_cast<size_t>(0 * kBf16DotKeys + 3)]));
+      EXPECT_TRUE(std::isinf(whole[static_cast<size_t>(1 * kBf16DotKeys + 0)]) ||
+                  std::isnan(whole[static_cast<size_t>(1 * kBf16DotKeys + 0)]));
+    }
+  }
+}
+
+TEST(Bf16Dots, WithinF32RoundingOfTheExactSum) {
+  for (const MatrixPath path : dot_paths()) {
+    for (const std::int64_t dim : kDims) {
+      SCOPED_TRACE(std::string(kernels::cpu::path_name(path)) + " dim " + std::to_string(dim));
+      const DotInputs in(dim, false, 100 + static_cast<std::uint32_t>(dim));
+      std::vector<float> got(static_cast<size_t>(kBf16DotRows * kBf16DotKeys));
+      const float scale = 0.0883883f;  // about 1 / sqrt(128), not a power of two
+      dots(path, in, 0, kBf16DotRows, 0, kBf16DotKeys, scale, got);
+      for (std::int64_t r = 0; r < kBf16DotRows; ++r) {
+        for (std::int64_t c = 0; c < kBf16DotKeys; ++c) {
+          double exact = 0, magnitude = 0;
+          for (std::int64_t x = 0; x < dim; ++x) {
+            const double p =
+                static_cast<double>(value_of(in.row(r)[x])) *
+                static_cast<double>(value_of(in.k[static_cast<size_t>(c * in.ldk + x)]));
+            exact += p;
+            magnitude += std::fabs(p);
+          }
+          // One rounding per product added, per level of the lanes' tree, and the scale's.
+          const double bound =
+              (static_cast<double>(dim) + 6) * std::ldexp(1.0, -24) * magnitude * scale;
+          EXPECT_LE(std::fabs(got[static_cast<size_t>(r * kBf16DotKeys + c)] - exact * scale),
+                    bound)
+              << "row " << r << " key " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(Bf16Dots, SubnormalInputsReadAsZero) {
+  // A subnormal bf16 (2^-133) times 2^100: 2^-33, a normal product; VDPBF16PS reads the input as 0.
+  const std::uint16_t q[2] = {0x0001, 0};
+  const std::uint16_t k[2] = {bf16_of(std::ldexp(1.0f, 100)), 0};
+  const std::uint16_t* rows[1] = {q};
+  for (const MatrixPath path : dot_paths()) {
+    SCOPED_TRACE(kernels::cpu::path_name(path));
+    float s = -1;
+    float* out[1] = {&s};
+    bf16_score_dots(path, rows, 1, k, 2, 1, 2, 1.0f, out);
+    EXPECT_EQ(s, 0.0f);
+  }
+}
+
+std::vector<FusedCase> shapes() {
+  std::vector<FusedCase> out;
+  FusedCase gqa;  // 8 rows a k/v head, key lengths, bottom-right causal
+  gqa.B = 2;
+  gqa.Tq = 1;
+  gqa.Tk = 2000;
+  gqa.Hq = 16;
+  gqa.Hk = 2;
+  gqa.D = gqa.Dv = 128;
+  gqa.causal = Causal::bottom_right;
+  gqa.padding = true;
+  out.push_back(gqa);
+  FusedCase mqa;  // 16 rows, D past whole steps, a window, soft-capping, ALiBi
+  mqa.Tq = 2;
+  mqa.Tk = 1500;
+  mqa.Hq = 8;
+  mqa.Hk = 1;
+  mqa.D = 100;
+  mqa.Dv = 72;
+  mqa.window = {600, 0};
+  mqa.softcap = 20.0;
+  mqa.alibi = true;
+  out.push_back(mqa);
+  FusedCase queries;  // 16 queries of one head each, heads-first views, a keep-mask, a bias
+  queries.B = 2;
+  queries.Tq = 16;
+  queries.Tk = 700;
+  queries.Hq = queries.Hk = 3;
+  queries.D = queries.Dv = 64;
+  queries.mask = queries.strided = queries.bias = true;
+  out.push_back(queries);
+  FusedCase peaked;  // scores ~1e7, an ulp of 1 in f32: P = exp(s - lse) leaves [0, 1] unless the
+                     // backward's scores are the forward's bits
+  peaked.Tq = 4;
+  peaked.Tk = 1100;
+  peaked.Hq = 4;
+  peaked.Hk = 2;
+  peaked.D = peaked.Dv = 128;
+  peaked.q_scale = 1e6;
+  out.push_back(peaked);
+  FusedCase wide;  // D 256 (rows loaded, not held), dropout
+  wide.Tq = 8;
+  wide.Tk = 300;
+  wide.Hq = wide.Hk = 2;
+  wide.D = 256;
+  wide.Dv = 32;
+  wide.dropout = 0.1;
+  out.push_back(wide);
+  return out;
+}
+
+struct Pass {
+  AttentionOutput fwd;
+  AttentionGrads grads;
+};
+
+Pass run(const FusedInputs& in, const AttentionOptions& options) {
+  Pass r;
+  r.fwd = attention_forward(in.q, in.k, in.v, options);
+  r.grads = attention_backward(in.dout, in.q, in.k, in.v, r.fwd.out, r.fwd.lse, options);
+  return r;
+}
+
+std::vector<std::vector<double>> results_of(const Pass& r) {
+  return {r.fwd.out.to_vector(), r.fwd.lse.to_vector(), r.grads.dq.to_vector(),
+          r.grads.dk.to_vector(), r.grads.dv.to_vector()};
+}
+
+class Bf16Decode : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(Bf16Decode, WithinFlashAttentionsRuleOnEveryPath) {
+  const FusedInputs in = make_inputs(GetParam(), DType::bf16);
+  AttentionOptions cpu = in.options, ref = in.options, ref64 = in.options;
+  cpu.backend = Backend::cpu;
+  ref.backend = ref64.backend = Backend::reference;
+  if (ref64.bias.defined()) ref64.bias = ref64.bias.to(DType::f64);
+  FusedInputs in64 = in;
+  for (Tensor* t : {&in64.q, &in64.k, &in64.v, &in64.dout}) *t = t->to(DType::f64);
+  const Pass exact = run(in64, ref64);
+  const Pass low = run(in, ref);
+  Pass f32;
+  {
+    const ForcedFusedPath none(std::nullopt);
+    f32 = run(in, cpu);
+  }
+  for (const MatrixPath path : bf16_paths()) {
+    SCOPED_TRACE(kernels::cpu::path_name(path));
+    const ForcedFusedPath forced(path);
+    const Pass got = run(in, cpu);
+    const double slack = 1e-6 * std::max(1.0, max_abs(exact.fwd.out));
+    EXPECT_LE(max_error(got.fwd.out, exact.fwd.out),
+              2 * max_error(low.fwd.out, exact.fwd.out) + slack);
+    EXPECT_LE(max_error(got.fwd.lse, exact.fwd.lse),
+              2 * max_error(low.fwd.lse, exact.fwd.lse) + 1e-5);
+    const std::vector<std::pair<const char*, const Tensor AttentionGrads::*>> grads = {
+        {"dq", &AttentionGrads::dq}, {"dk", &AttentionGrads::dk}, {"dv", &AttentionGrads::dv}};
+    for (const auto& [name, member] : grads) {
+      // Peaked rows' dq and dk are rounding noise times the huge q (docs/numerics.md); their dv
+      // is P^T dO, with P one-hot only where the backward's scores are the forward's bits.
+      if (GetParam().q_scale > 1e3 && member != &AttentionGrads::dv) continue;
+      SCOPED_TRACE(name);
+      const Tensor& want = exact.grads.*member;
+      EXPECT_LE(max_error(got.grads.*member, want),
+                3 * max_error(low.grads.*member, want) + 1e-6 * std::max(1.0, max_abs(want)));
+    }
+    // Other scores than the f32 dot products': the path was taken.
+    EXPECT_FALSE(bitwise_equal({got.fwd.lse.to_vector()}, {f32.fwd.lse.to_vector()}));
+    // The same bits on one thread as on two.
+    const int threads = num_threads();
+    set_num_threads(1);
+    const Pass one = run(in, cpu);
+    set_num_threads(threads);
+    EXPECT_TRUE(bitwise_equal(results_of(got), results_of(one)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Decode, ::testing::ValuesIn(shapes()),
+                         [](const ::testing::TestParamInfo<FusedCase>& info) {
+                           return info.param.name();
+                         });
+
+// Four rows a k/v head (Hq 16 over Hk 4): the f32 dot products whatever the path forced.
+TEST(Bf16Decode, FewerThanEightRowsAHeadKeepTheF32Dots) {
+  FusedCase c;
+  c.Tq = 1;
+  c.Tk = 1500;
+  c.Hq = 16;
+  c.Hk = 4;
+  c.D = c.Dv = 128;
+  const FusedInputs in = make_inputs(c, DType::bf16);
+  AttentionOptions cpu = in.options;
+  cpu.backend = Backend::cpu;
+  Pass forced_run, f32;
+  {
+    const ForcedFusedPath forced(MatrixPath::amx_emulated);
+    forced_run = run(in, cpu);
+  }
+  {
+    const ForcedFusedPath none(std::nullopt);
+    f32 = run(in, cpu);
+  }
+  EXPECT_TRUE(bitwise_equal(results_of(forced_run), results_of(f32)));
+}
+
+}  // namespace
+}  // namespace qkv::testing
