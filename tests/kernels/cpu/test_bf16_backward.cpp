@@ -14,6 +14,7 @@
 #include "kernels/cpu/bf16_gemm.hpp"
 #include "kernels/cpu/bf16_runs.hpp"
 #include "kernels/cpu/fused_case.hpp"
+#include "kernels/cpu/fused_pass.hpp"
 #include "qkv/qkv.hpp"
 
 namespace qkv::testing {
@@ -63,22 +64,6 @@ std::vector<FusedCase> shapes() {
   return out;
 }
 
-struct Pass {
-  AttentionOutput fwd;
-  AttentionGrads grads;
-};
-
-Pass run(const FusedInputs& in, const AttentionOptions& options) {
-  Pass r;
-  r.fwd = attention_forward(in.q, in.k, in.v, options);
-  r.grads = attention_backward(in.dout, in.q, in.k, in.v, r.fwd.out, r.fwd.lse, options);
-  return r;
-}
-
-std::vector<std::vector<double>> grads_of(const Pass& r) {
-  return {r.grads.dq.to_vector(), r.grads.dk.to_vector(), r.grads.dv.to_vector()};
-}
-
 class Bf16Backward : public ::testing::TestWithParam<FusedCase> {};
 
 TEST_P(Bf16Backward, WithinThriceTheLowPrecisionReferencesErrorOnEveryPath) {
@@ -91,11 +76,7 @@ TEST_P(Bf16Backward, WithinThriceTheLowPrecisionReferencesErrorOnEveryPath) {
   for (Tensor* t : {&in64.q, &in64.k, &in64.v, &in64.dout}) *t = t->to(DType::f64);
   const Pass exact = run(in64, ref64);
   const Pass low = run(in, ref);
-  Pass f32;
-  {
-    const ForcedFusedPath none(std::nullopt);
-    f32 = run(in, cpu);
-  }
+  const Pass f32 = run_forced(std::nullopt, in, cpu);
   for (const auto& [path, portable] : bf16_runs()) {
     SCOPED_TRACE(std::string(kernels::cpu::path_name(path)) +
                  (portable ? ", Highway's rounding" : ", the CPU's rounding"));
@@ -122,10 +103,7 @@ TEST_P(Bf16Backward, WithinThriceTheLowPrecisionReferencesErrorOnEveryPath) {
     // dS and P Z rounded to bf16 move some gradients by a bf16 unit: the path was taken.
     EXPECT_FALSE(bitwise_equal(grads_of(got), grads_of(f32)));
     // The same bits on one thread as on two.
-    const int threads = num_threads();
-    set_num_threads(1);
-    const Pass one = run(in, cpu);
-    set_num_threads(threads);
+    const Pass one = run_on_one_thread(in, cpu);
     EXPECT_TRUE(bitwise_equal(grads_of(got), grads_of(one)));
   }
 }
@@ -145,15 +123,8 @@ TEST(Bf16Backward, F16StaysOnTheF32Products) {
   const FusedInputs in = make_inputs(c, DType::f16);
   AttentionOptions cpu = in.options;
   cpu.backend = Backend::cpu;
-  Pass forced_run, f32;
-  {
-    const ForcedFusedPath forced(MatrixPath::amx_emulated);
-    forced_run = run(in, cpu);
-  }
-  {
-    const ForcedFusedPath none(std::nullopt);
-    f32 = run(in, cpu);
-  }
+  const Pass forced_run = run_forced(MatrixPath::amx_emulated, in, cpu);
+  const Pass f32 = run_forced(std::nullopt, in, cpu);
   EXPECT_TRUE(bitwise_equal(grads_of(forced_run), grads_of(f32)));
 }
 

@@ -23,6 +23,7 @@
 #include "kernels/cpu/bf16_gemm.hpp"
 #include "kernels/cpu/bf16_runs.hpp"
 #include "kernels/cpu/fused_case.hpp"
+#include "kernels/cpu/fused_pass.hpp"
 #include "qkv/qkv.hpp"
 
 namespace qkv::testing {
@@ -211,18 +212,6 @@ std::vector<FusedCase> shapes() {
   return out;
 }
 
-struct Pass {
-  AttentionOutput fwd;
-  AttentionGrads grads;
-};
-
-Pass run(const FusedInputs& in, const AttentionOptions& options) {
-  Pass r;
-  r.fwd = attention_forward(in.q, in.k, in.v, options);
-  r.grads = attention_backward(in.dout, in.q, in.k, in.v, r.fwd.out, r.fwd.lse, options);
-  return r;
-}
-
 std::vector<std::vector<double>> results_of(const Pass& r) {
   return {r.fwd.out.to_vector(), r.fwd.lse.to_vector(), r.grads.dq.to_vector(),
           r.grads.dk.to_vector(), r.grads.dv.to_vector()};
@@ -240,11 +229,7 @@ TEST_P(Bf16Decode, WithinFlashAttentionsRuleOnEveryPath) {
   for (Tensor* t : {&in64.q, &in64.k, &in64.v, &in64.dout}) *t = t->to(DType::f64);
   const Pass exact = run(in64, ref64);
   const Pass low = run(in, ref);
-  Pass f32;
-  {
-    const ForcedFusedPath none(std::nullopt);
-    f32 = run(in, cpu);
-  }
+  const Pass f32 = run_forced(std::nullopt, in, cpu);
   for (const MatrixPath path : bf16_paths()) {
     SCOPED_TRACE(kernels::cpu::path_name(path));
     const ForcedFusedPath forced(path);
@@ -268,10 +253,7 @@ TEST_P(Bf16Decode, WithinFlashAttentionsRuleOnEveryPath) {
     // Other scores than the f32 dot products': the path was taken.
     EXPECT_FALSE(bitwise_equal({got.fwd.lse.to_vector()}, {f32.fwd.lse.to_vector()}));
     // The same bits on one thread as on two.
-    const int threads = num_threads();
-    set_num_threads(1);
-    const Pass one = run(in, cpu);
-    set_num_threads(threads);
+    const Pass one = run_on_one_thread(in, cpu);
     EXPECT_TRUE(bitwise_equal(results_of(got), results_of(one)));
   }
 }
@@ -292,15 +274,8 @@ TEST(Bf16Decode, FewerThanEightRowsAHeadKeepTheF32Dots) {
   const FusedInputs in = make_inputs(c, DType::bf16);
   AttentionOptions cpu = in.options;
   cpu.backend = Backend::cpu;
-  Pass forced_run, f32;
-  {
-    const ForcedFusedPath forced(MatrixPath::amx_emulated);
-    forced_run = run(in, cpu);
-  }
-  {
-    const ForcedFusedPath none(std::nullopt);
-    f32 = run(in, cpu);
-  }
+  const Pass forced_run = run_forced(MatrixPath::amx_emulated, in, cpu);
+  const Pass f32 = run_forced(std::nullopt, in, cpu);
   EXPECT_TRUE(bitwise_equal(results_of(forced_run), results_of(f32)));
 }
 
