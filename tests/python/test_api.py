@@ -294,9 +294,11 @@ def test_sixteen_bit_tensors_in_and_out(dtype: torch.dtype) -> None:
     float32, the very bits of the call on the tensors converted to float32 first, rounded once;
     a decode-shaped call (4 queries against a KV cache view) reads the cache as it lies. (Tiled
     bf16 calls compute in bf16 products where the CPU has bf16 matrix units, qkv.matrix_paths(),
-    from 1024 keys, on AMX from any number: tests/kernels/cpu/test_bf16_forward.cpp; then the
-    tiled call here is held to the f64 reference's rule, not to the float32 call's bits.) Through
-    qkv.torch's autograd the gradients come back in the inputs' dtype."""
+    from 1024 keys, on AMX from any number: tests/kernels/cpu/test_bf16_forward.cpp; and bf16
+    decode calls with 4 query rows or more a k/v head, as here, take VDPBF16PS dot products
+    wherever the CPU has them: tests/kernels/cpu/test_bf16_decode.cpp. Such a call here is held to
+    the f64 reference's rule, not to the float32 call's bits.) Through qkv.torch's autograd the
+    gradients come back in the inputs' dtype."""
     gen = torch.Generator().manual_seed(3)
     cache = torch.randn(2, 4, 300, 32, generator=gen).to(dtype)  # [B, Hk, capacity, D]
     k, v = cache[:, :, :257].transpose(1, 2), cache[:, :, 1:258].transpose(1, 2)
@@ -307,7 +309,10 @@ def test_sixteen_bit_tensors_in_and_out(dtype: torch.dtype) -> None:
             q.float(), k.float(), v.float(), causal="bottom_right", return_lse=True
         )
         assert out.dtype == dtype and lse.dtype == torch.float32
-        products = dtype == torch.bfloat16 and tq > 16 and qkv.matrix_paths()[0] == "amx-bf16"
+        paths = qkv.matrix_paths()
+        products = dtype == torch.bfloat16 and (
+            (tq > 16 and paths[0] == "amx-bf16") or (tq <= 16 and "avx512-bf16" in paths)
+        )
         if products:  # S from the same values, summed in another order
             assert (lse - want_lse).abs().max() <= 1e-5 * want_lse.abs().max()
         else:

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kernels/cpu/tile_traits.hpp"
+#include "qkv/half.hpp"
 
 namespace qkv::kernels::cpu {
 namespace {
@@ -53,8 +54,36 @@ void bf16_score_dots_emulated(const std::uint16_t* const* q, std::int64_t rows,
 }
 
 bool decode_bf16_dots(const Dims& d, MatrixPath& path) {
-  return d.Tq <= TileTraits::kDecodeMaxQueries &&
-         d.group() * d.Tq >= TileTraits::kDecodeGroupedRows && decode_bf16_path(path);
+  return d.Tq <= TileTraits::kDecodeMaxQueries && d.group() * d.Tq >= kBf16DecodeRows &&
+         decode_bf16_path(path);
+}
+
+void bf16_values_emulated(const float* const* p, std::int64_t rows, const std::uint16_t* v,
+                          std::int64_t ldv, std::int64_t n, std::int64_t dv, float* const* acc) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t col = 0; col < dv; ++col) {
+      float sum = acc[r][col];
+      for (std::int64_t c = 0; c < n; c += 2) {
+        if (c + 1 < n) {
+          sum = add_product(sum, bf16_value(f32_to_bf16_bits(p[r][c + 1])),
+                            bf16_value(v[(c + 1) * ldv + col]));
+        } else {
+          sum = add_product(sum, 0.0f, 0.0f);
+        }
+        sum = add_product(sum, bf16_value(f32_to_bf16_bits(p[r][c])), bf16_value(v[c * ldv + col]));
+      }
+      acc[r][col] = sum;
+    }
+  }
+}
+
+void bf16_values(MatrixPath path, const float* const* p, std::int64_t rows, const std::uint16_t* v,
+                 std::int64_t ldv, std::int64_t n, std::int64_t dv, float* const* acc) {
+  if (path == MatrixPath::amx_emulated) {
+    bf16_values_emulated(p, rows, v, ldv, n, dv, acc);
+  } else {
+    bf16_values_avx512(p, rows, v, ldv, n, dv, acc);
+  }
 }
 
 void bf16_score_dots(MatrixPath path, const std::uint16_t* const* q, std::int64_t rows,

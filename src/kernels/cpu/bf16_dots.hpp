@@ -6,7 +6,8 @@
 // forward (flash_decode.cpp) and the backward's tiles of decode shapes (flash_bwd.cpp) both take
 // their scores from here, so that the backward recomputes bitwise the scores the forward's lse came
 // from (score_dot-inl.h says why); decode_bf16_dots tells both whether to. Half the multiply-adds
-// of the f32 dot products over the same cache, and no conversion of K.
+// of the f32 dot products over the same cache, and no conversion of K. The decode forward's P V
+// of full tiles likewise (bf16_values), P rounded to bf16 as the tiled forward rounds it.
 //
 // Each score is one chain over the row: 16 f32 lanes, lane l adding the products of elements 2l
 // and 2l + 1 of every 32 (the last 32 zero-padded), then the 16 lanes summed in one tree (lane i
@@ -29,14 +30,19 @@ namespace qkv::kernels::cpu {
 inline constexpr std::int64_t kBf16DotRows = 8;
 inline constexpr std::int64_t kBf16DotKeys = 16;
 
-// Whether a decode shape d of bf16 q, k and v takes its scores from bf16_score_dots (true, and on
-// which path): where a k/v head has TileTraits::kDecodeGroupedRows query rows or more (G Tq), in
-// place of the f32 products of each tile of K converted, and decode_bf16_path says so. Fewer
-// rows keep score_dot: with the dots from memory, one row took 1.08-1.12x the time and two
-// 1.02-1.06x (a driver alternating the paths call by call, qkv::attention_forward on bf16 q, k
-// and v, a heads-first cache of Hk 8, D 128, Tq 1, 2 threads, AMD EPYC (family 25, model 17) Zen
-// 4 VM, 2026-11-29, Tk 16384 and 65536, two rounds), four 0.94-1.02 (but 0.77 in cache, Tk 1024
-// and 4096), eight (Hq 64) 0.77-0.80 over the grouped products (bench/README.md).
+// From this many query rows a k/v head, bf16 decode takes the bf16 dots. A driver alternating them
+// with the f32 path call by call (qkv::attention_forward on bf16 q, k and v, Hk 8, D 128, 2
+// threads, AMD EPYC (family 25, model 17) Zen 4 VM, 2026-11-29, medians of 9-41 calls, two
+// rounds, Tk 1024 to 65536, time over the f32 path; hf: heads-first cache, bthd: [B, T, H, D]):
+// 8 rows (Hq 64) hf 0.58-0.69, bthd 0.56-0.77; 4 rows (Hq 32) hf 0.86-0.93, bthd 0.56-0.71 (at
+// Tk 65536 against its key-by-key step). With the threshold at 2 rows (Hq 16): hf 0.97-1.01, but
+// bthd 1.39-1.48 and 1.05-1.07 at Tk 1024; at 1 row 1.54-1.68: interleaving pairs of V rows and
+// rounding P for one row's products costs more than they save (bench/README.md).
+inline constexpr std::int64_t kBf16DecodeRows = 4;
+
+// Whether a decode shape d of bf16 q, k and v takes its scores from bf16_score_dots and its full
+// tiles' P V from bf16_values (true, and on which path): where a k/v head has kBf16DecodeRows
+// query rows or more (G Tq) and decode_bf16_path says so.
 bool decode_bf16_dots(const Dims& d, MatrixPath& path);
 
 // s[r][c] <- scale * (q[r] . k[c ldk]) over dim elements, for the rows r in [0, rows) (at most
@@ -46,13 +52,30 @@ void bf16_score_dots(MatrixPath path, const std::uint16_t* const* q, std::int64_
                      const std::uint16_t* k, std::int64_t ldk, std::int64_t n, std::int64_t dim,
                      float scale, float* const* s);
 
+// The most keys one bf16_values call takes: a tile of the decode kernels (TileTraits::kBlockK).
+inline constexpr std::int64_t kBf16ValueKeys = 64;
+
+// acc[r][0, dv) += sum over the keys c in [0, n) of bf16(p[r][c]) v[c ldv][0, dv), for the rows r
+// in [0, rows) (at most kBf16DotRows) and n at most kBf16ValueKeys: p [rows][n] f32 weights,
+// rounded to bf16 (nearest, ties to even), v [n, ldv] bf16 bits, acc [rows][dv] f32. Per column,
+// the keys in pairs (c, c + 1) in order, a last odd key with a zero: each pair's two exact
+// products added to acc in one VDPBF16PS step (the emulated path: the odd key's, then the even
+// key's, each rounded; subnormal inputs and results flushed to zero).
+void bf16_values(MatrixPath path, const float* const* p, std::int64_t rows, const std::uint16_t* v,
+                 std::int64_t ldv, std::int64_t n, std::int64_t dv, float* const* acc);
+
 // The two paths (bf16_dots_avx512.cpp, compiled for AVX512-BF16; bf16_dots.cpp), called only
-// through bf16_score_dots.
+// through bf16_score_dots and bf16_values.
 void bf16_score_dots_avx512(const std::uint16_t* const* q, std::int64_t rows,
                             const std::uint16_t* k, std::int64_t ldk, std::int64_t n,
                             std::int64_t dim, float scale, float* const* s);
 void bf16_score_dots_emulated(const std::uint16_t* const* q, std::int64_t rows,
                               const std::uint16_t* k, std::int64_t ldk, std::int64_t n,
                               std::int64_t dim, float scale, float* const* s);
+
+void bf16_values_avx512(const float* const* p, std::int64_t rows, const std::uint16_t* v,
+                        std::int64_t ldv, std::int64_t n, std::int64_t dv, float* const* acc);
+void bf16_values_emulated(const float* const* p, std::int64_t rows, const std::uint16_t* v,
+                          std::int64_t ldv, std::int64_t n, std::int64_t dv, float* const* acc);
 
 }  // namespace qkv::kernels::cpu

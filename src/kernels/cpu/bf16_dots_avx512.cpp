@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/bf16_dots.hpp"
 
@@ -127,7 +128,92 @@ void rows_lanes(const std::uint16_t* const* q, std::int64_t rows, const std::uin
   }
 }
 
+constexpr std::int64_t kPairs = kBf16ValueKeys / 2;
+
+// The acc rows [0, NR) x 16-column chunks [x0, x0 + NX) += the pairs' products: pw [rows][kPairs]
+// P's bf16 pairs of keys, vp [pairs][chunks][32] V's, interleaved (column c of keys 2m and 2m + 1
+// side by side); the last chunk keeps columns below dv.
+template <int NR, int NX>
+void values_block(const std::uint32_t (*pw)[kPairs], std::int64_t pairs, const std::uint16_t* vp,
+                  std::int64_t chunks, std::int64_t x0, std::int64_t dv, float* const* acc) {
+  __m512 sum[NR][NX];
+  __mmask16 keep[NX];
+  for (int x = 0; x < NX; ++x) {
+    const std::int64_t left = dv - 16 * (x0 + x);
+    keep[x] = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+    for (int r = 0; r < NR; ++r) sum[r][x] = _mm512_maskz_loadu_ps(keep[x], acc[r] + 16 * (x0 + x));
+  }
+  for (std::int64_t m = 0; m < pairs; ++m) {
+    __m512bh vx[NX];
+    for (int x = 0; x < NX; ++x) {
+      vx[x] = (__m512bh)_mm512_loadu_si512(vp + (m * chunks + x0 + x) * 32);
+    }
+    for (int r = 0; r < NR; ++r) {
+      const auto pr = (__m512bh)_mm512_set1_epi32(static_cast<int>(pw[r][m]));
+      for (int x = 0; x < NX; ++x) sum[r][x] = _mm512_dpbf16_ps(sum[r][x], pr, vx[x]);
+    }
+  }
+  for (int x = 0; x < NX; ++x) {
+    for (int r = 0; r < NR; ++r) _mm512_mask_storeu_ps(acc[r] + 16 * (x0 + x), keep[x], sum[r][x]);
+  }
+}
+
+using ValuesBlock = void (*)(const std::uint32_t (*)[kPairs], std::int64_t, const std::uint16_t*,
+                             std::int64_t, std::int64_t, std::int64_t, float* const*);
+
+template <int NR>
+constexpr ValuesBlock kBlocksOf[4] = {values_block<NR, 1>, values_block<NR, 2>, values_block<NR, 3>,
+                                      values_block<NR, 4>};
+constexpr const ValuesBlock* kBlocks[4] = {kBlocksOf<1>, kBlocksOf<2>, kBlocksOf<3>, kBlocksOf<4>};
+
 }  // namespace
+
+void bf16_values_avx512(const float* const* p, std::int64_t rows, const std::uint16_t* v,
+                        std::int64_t ldv, std::int64_t n, std::int64_t dv, float* const* acc) {
+  const std::int64_t pairs = (n + 1) / 2;
+  // P rounded (VCVTNE2PS2BF16: nearest, ties to even) in pairs of keys, zero past n.
+  alignas(64) std::uint32_t pw[kBf16DotRows][kPairs];
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < n; c += 32) {
+      const auto upto = [&](std::int64_t from) {
+        const std::int64_t left = std::clamp<std::int64_t>(n - from, 0, 16);
+        return static_cast<__mmask16>((1u << left) - 1);
+      };
+      const __m512 lo = _mm512_maskz_loadu_ps(upto(c), p[r] + c);
+      const __m512 hi = _mm512_maskz_loadu_ps(upto(c + 16), p[r] + c + 16);
+      _mm512_store_si512(pw[r] + c / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+  // V's rows in pairs, each 16 columns of keys 2m and 2m + 1 interleaved, zero past dv and n.
+  const std::int64_t chunks = (dv + 15) / 16;
+  thread_local std::vector<std::uint16_t> interleaved;
+  interleaved.resize(static_cast<std::size_t>(pairs * chunks * 32));
+  std::uint16_t* vp = interleaved.data();
+  alignas(64) static constexpr std::uint16_t kInterleave[32] = {
+      0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i order = _mm512_load_si512(kInterleave);
+  for (std::int64_t m = 0; m < pairs; ++m) {
+    const std::uint16_t* even = v + 2 * m * ldv;
+    const std::uint16_t* odd = 2 * m + 1 < n ? even + ldv : nullptr;
+    for (std::int64_t x = 0; x < chunks; ++x) {
+      const std::int64_t left = std::min<std::int64_t>(dv - 16 * x, 16);
+      const auto keep = static_cast<__mmask32>((1u << left) - 1);
+      const __m512i lo = _mm512_maskz_loadu_epi16(keep, even + 16 * x);
+      const __m512i hi =
+          odd != nullptr ? _mm512_maskz_loadu_epi16(keep, odd + 16 * x) : _mm512_setzero_si512();
+      _mm512_storeu_si512(vp + (m * chunks + x) * 32, _mm512_permutex2var_epi16(lo, order, hi));
+    }
+  }
+  // Blocks of up to 4 rows by 4 chunks (16 accumulators).
+  for (std::int64_t x0 = 0; x0 < chunks; x0 += 4) {
+    const std::int64_t nx = std::min<std::int64_t>(4, chunks - x0);
+    for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
+      const std::int64_t nr = std::min<std::int64_t>(4, rows - r0);
+      kBlocks[nr - 1][nx - 1](pw + r0, pairs, vp, chunks, x0, dv, acc + r0);
+    }
+  }
+}
 
 void bf16_score_dots_avx512(const std::uint16_t* const* q, std::int64_t rows,
                             const std::uint16_t* k, std::int64_t ldk, std::int64_t n,

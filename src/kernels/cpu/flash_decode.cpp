@@ -74,7 +74,8 @@ static_assert(TileTraits::kDecodeGroupedRows <= kDotRows, "a dot-product group f
 
 // Where q, k and v are all bf16 and decode_bf16_dots says so, the scores come from bf16 dot
 // products of the rows as they lie (bf16_dots.hpp), as the backward recomputes them
-// (flash_bwd.cpp's tile_scores), in place of grouped_scores. q: Q [B, Tq, Hq, D] as bf16 bits.
+// (flash_bwd.cpp's tile_scores), in place of score_dot or grouped_scores, and full tiles' P V from
+// bf16_values. q: Q [B, Tq, Hq, D] as bf16 bits.
 struct DecodeDots {
   bool on = false;
   MatrixPath path = MatrixPath::amx_emulated;
@@ -126,8 +127,7 @@ void head_dots(const Dims& d, const DecodeDots& dots, std::int64_t b, std::int64
 // runs (where kSharedSums<T>): keys taken kScoreRun at a time and head by head within the run,
 // each row's run of scores from score_dots (the same bits), for calls whose K sits in cache (see
 // decode_impl).
-// With dots.on, the scores are the bf16 dot products', in runs of keys whatever `runs` says:
-// they take the grouped products' place, which went a tile at a time.
+// With dots.on, the scores are the bf16 dot products', in runs of keys whatever `runs` says.
 template <class T, class ScoreMod, class MaskMod, class E>
 void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& k_rows,
                    const Rows<const E>& v_rows, const T* q_scaled, const DecodeDots& dots,
@@ -195,10 +195,11 @@ void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
 // 0.61-0.65 and 0.78-0.80 at 4096 and 65536 keys (bench/README.md). Partial tiles key by key, and
 // only the pairs the mask keeps: a value the mask drops (a KV cache's unused tail) may hold
 // anything, and 0 * NaN is NaN.
+// With dots.on, the full tiles' products are bf16_values' (P rounded to bf16, bf16_dots.hpp).
 template <class T, class ScoreMod, class MaskMod, class E>
 void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& v_rows,
-                   std::int64_t b, HeadRange heads, std::int64_t live, std::int64_t j0,
-                   std::int64_t cols, const TileKind* kinds, const T* P, T* acc) {
+                   const DecodeDots& dots, std::int64_t b, HeadRange heads, std::int64_t live,
+                   std::int64_t j0, std::int64_t cols, const TileKind* kinds, const T* P, T* acc) {
   const Dims& d = p.dims;
   // Where a head's tile is full, the rows of a k/v head's heads in one product over the tile's
   // keys (values_rows): each accumulator row stays in registers across the keys, and each V row is
@@ -209,6 +210,15 @@ void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
   for (std::int64_t hk = heads.lo / d.group(); hk < heads.hi / d.group(); ++hk) {
     std::int64_t n = 0;
     const auto flush = [&] {
+      if constexpr (std::is_same_v<E, Bf16>) {
+        if (dots.on) {
+          static_assert(kDotRows <= kBf16DotRows, "a flush fits one bf16_values call");
+          bf16_values(dots.path, a, n, reinterpret_cast<const std::uint16_t*>(v_rows.at(b, j0, hk)),
+                      v_rows.row, cols, d.Dv, y);
+          n = 0;
+          return;
+        }
+      }
       values_rows(a, v_rows.at(b, j0, hk), v_rows.row, cols, y, n, d.Dv);
       n = 0;
     };
@@ -573,7 +583,9 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     const bool grouped = d.group() * d.Tq >= kGroupedRows && !dots.on;
     const std::int64_t group_rows = d.group() * d.Tq;
     GroupScratch<T> products(grouped ? d.Hk : 0, group_rows, grouped ? d.D : 0, grouped ? d.Dv : 0);
-    const bool online = d.group() * d.Tq < kGroupedRows && !heads_first &&
+    // Not with the bf16 dots, whose scores the backward recomputes: the tiles with them took 0.71
+    // of the key-by-key step's time (Hq 32 over Hk 8, [B, T, H, D], bf16_dots.hpp).
+    const bool online = d.group() * d.Tq < kGroupedRows && !dots.on && !heads_first &&
                         kv_elements > kOnlineMinElements && !p.dropout.enabled() &&
                         plain_scores(p.score_mod);
     // Whether the tile k-block kb of batch b is full for every query head. The key-by-key step
@@ -629,7 +641,8 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
         decode_softmax(p, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), scratch.z.get(),
                        state);
         if (!grouped) {
-          decode_values(p, v, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), state.acc);
+          decode_values(p, v, dots, b, heads, live, j0, cols, kinds.data(), scratch.s.get(),
+                        state.acc);
           continue;
         }
         for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
@@ -640,7 +653,7 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
           if (all_full) {
             grouped_values(d, v, b, hk, j0, cols, products, scratch.s.get(), state.acc);
           } else {
-            decode_values(p, v, b, group_heads, live, j0, cols, kinds.data(), scratch.s.get(),
+            decode_values(p, v, dots, b, group_heads, live, j0, cols, kinds.data(), scratch.s.get(),
                           state.acc);
           }
         }

@@ -1,14 +1,16 @@
-// Decode shapes of bf16 q, k and v whose k/v heads have 8 query rows or more take their scores
+// Decode shapes of bf16 q, k and v whose k/v heads have 4 query rows or more take their scores
 // from bf16 dot products (kernels/cpu/bf16_dots.hpp), in the forward and in the backward's
-// recomputation, on every path this CPU runs and on the emulated dots everywhere:
+// recomputation, and their full tiles' P V from bf16 products (P rounded to bf16), on every path
+// this CPU runs and on the emulated dots everywhere:
 // - the dots themselves: a score's bits whatever the rows and keys around it in a call (the
 //   forward and the backward call them in other groupings), within f32 rounding of the exact sum,
-//   subnormal inputs read as zero;
+//   subnormal inputs read as zero; and the values' products with P rounded to bf16, within f32
+//   rounding of theirs, a non-finite value in its own column only;
 // - attention: within FlashAttention's rule of the f64 reference (out 2x, dq, dk, dv 3x the error
 //   of the reference computed from the same bf16 inputs), peaked rows included, whose dv leaves
 //   that bound unless the backward recomputes the forward's scores bit for bit;
 //   deterministic over thread counts; really taken (other bits than the f32 dots'), and not taken
-//   below 8 rows a k/v head.
+//   below 4 rows a k/v head, nor by the key-by-key step of large [B, T, H, D] caches.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -24,6 +26,7 @@
 #include "kernels/cpu/bf16_runs.hpp"
 #include "kernels/cpu/fused_case.hpp"
 #include "kernels/cpu/fused_pass.hpp"
+#include "qkv/half.hpp"
 #include "qkv/qkv.hpp"
 
 namespace qkv::testing {
@@ -161,6 +164,84 @@ TEST(Bf16Dots, SubnormalInputsReadAsZero) {
   }
 }
 
+TEST(Bf16Dots, ValuesWithinF32RoundingOfTheWeightsRoundedToBf16) {
+  for (const MatrixPath path : dot_paths()) {
+    for (const std::int64_t dv : {1, 15, 16, 40, 128, 130}) {
+      for (const std::int64_t n : {1, 2, 7, 64}) {
+        SCOPED_TRACE(std::string(kernels::cpu::path_name(path)) + " dv " + std::to_string(dv) +
+                     " keys " + std::to_string(n));
+        std::mt19937 g(static_cast<std::uint32_t>(dv * 100 + n));
+        std::uniform_real_distribution<float> weight(0.0f, 1.0f);
+        std::normal_distribution<float> normal(0.0f, 2.0f);
+        const std::int64_t ldv = dv + 5;
+        // Key n (past the keys) holds NaN: it must not be read.
+        std::vector<std::uint16_t> v(static_cast<size_t>((n + 1) * ldv), bf16_of(NAN));
+        for (std::int64_t c = 0; c < n; ++c) {
+          for (std::int64_t x = 0; x < dv; ++x)
+            v[static_cast<size_t>(c * ldv + x)] = bf16_of(normal(g));
+        }
+        std::vector<float> p(static_cast<size_t>(kBf16DotRows * n));
+        for (auto& x : p) x = weight(g);
+        // One column past dv in every row of acc: must stay as it is.
+        std::vector<float> acc(static_cast<size_t>(kBf16DotRows * (dv + 1)));
+        for (auto& x : acc) x = normal(g);
+        const std::vector<float> start = acc;
+        const float* pr[kBf16DotRows];
+        float* ar[kBf16DotRows];
+        for (std::int64_t r = 0; r < kBf16DotRows; ++r) {
+          pr[r] = p.data() + r * n;
+          ar[r] = acc.data() + r * (dv + 1);
+        }
+        kernels::cpu::bf16_values(path, pr, kBf16DotRows, v.data(), ldv, n, dv, ar);
+        for (std::int64_t r = 0; r < kBf16DotRows; ++r) {
+          EXPECT_EQ(ar[r][dv], start[static_cast<size_t>(r * (dv + 1) + dv)]);
+          for (std::int64_t x = 0; x < dv; ++x) {
+            double exact = start[static_cast<size_t>(r * (dv + 1) + x)];
+            double magnitude = std::fabs(exact);
+            for (std::int64_t c = 0; c < n; ++c) {
+              const double term =
+                  static_cast<double>(value_of(f32_to_bf16_bits(pr[r][c]))) *
+                  static_cast<double>(value_of(v[static_cast<size_t>(c * ldv + x)]));
+              exact += term;
+              magnitude += std::fabs(term);
+            }
+            // One rounding per product added.
+            const double bound = static_cast<double>(n + 1) * std::ldexp(1.0, -24) * magnitude;
+            EXPECT_LE(std::fabs(ar[r][x] - exact), bound) << "row " << r << " column " << x;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A value's NaN or infinity reaches its column only; an infinity times a weight of 0 is NaN.
+TEST(Bf16Dots, ValuesNonFiniteStaysInItsColumn) {
+  const std::int64_t dv = 48, n = 5;
+  std::vector<std::uint16_t> v(static_cast<size_t>(n * dv), bf16_of(1.0f));
+  v[static_cast<size_t>(1 * dv + 3)] = bf16_of(NAN);
+  v[static_cast<size_t>(4 * dv + 20)] = bf16_of(INFINITY);
+  v[static_cast<size_t>(2 * dv + 40)] = bf16_of(INFINITY);
+  const float p[n] = {0.5f, 0.25f, 0.0f, 0.125f, 0.5f};
+  for (const MatrixPath path : dot_paths()) {
+    SCOPED_TRACE(kernels::cpu::path_name(path));
+    std::vector<float> acc(static_cast<size_t>(dv), 0.0f);
+    const float* pr[1] = {p};
+    float* ar[1] = {acc.data()};
+    kernels::cpu::bf16_values(path, pr, 1, v.data(), dv, n, dv, ar);
+    for (std::int64_t x = 0; x < dv; ++x) {
+      SCOPED_TRACE(x);
+      if (x == 3 || x == 40) {
+        EXPECT_TRUE(std::isnan(acc[static_cast<size_t>(x)]));
+      } else if (x == 20) {
+        EXPECT_EQ(acc[static_cast<size_t>(x)], INFINITY);
+      } else {
+        EXPECT_EQ(acc[static_cast<size_t>(x)], 1.375f);
+      }
+    }
+  }
+}
+
 std::vector<FusedCase> shapes() {
   std::vector<FusedCase> out;
   FusedCase gqa;  // 8 rows a k/v head, key lengths, bottom-right causal
@@ -193,8 +274,8 @@ std::vector<FusedCase> shapes() {
   queries.mask = queries.strided = queries.bias = true;
   out.push_back(queries);
   FusedCase peaked;  // scores ~1e7, an ulp of 1 in f32: P = exp(s - lse) leaves [0, 1] unless the
-                     // backward's scores are the forward's bits
-  peaked.Tq = 4;
+                     // backward's scores are the forward's bits; 4 rows a k/v head
+  peaked.Tq = 2;
   peaked.Tk = 1100;
   peaked.Hq = 4;
   peaked.Hk = 2;
@@ -263,12 +344,38 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16Decode, ::testing::ValuesIn(shapes()),
                            return info.param.name();
                          });
 
-// Four rows a k/v head (Hq 16 over Hk 4): the f32 dot products whatever the path forced.
-TEST(Bf16Decode, FewerThanEightRowsAHeadKeepTheF32Dots) {
+// K and V in [B, T, H, D] past the decode forward's key-by-key threshold (20M elements), 4 rows a
+// k/v head, peaked rows: the forward's tiles take the bf16 dots, not the key-by-key step's f32
+// dots, or the backward's P (dv) leaves the bound. On the CPU's path, or the emulated one.
+TEST(Bf16Decode, LargeCachePeakedRowsTakeTheDotsTheBackwardTakes) {
+  FusedCase c;
+  c.Tq = 1;
+  c.Tk = 10300;  // K and V 21.1M elements
+  c.Hq = 32;
+  c.Hk = 8;
+  c.D = c.Dv = 128;
+  c.q_scale = 1e6;
+  const FusedInputs in = make_inputs(c, DType::bf16);
+  AttentionOptions cpu = in.options, ref = in.options;
+  cpu.backend = Backend::cpu;
+  ref.backend = Backend::reference;
+  FusedInputs in64 = in;
+  for (Tensor* t : {&in64.q, &in64.k, &in64.v, &in64.dout}) *t = t->to(DType::f64);
+  const Pass exact = run(in64, ref);
+  const MatrixPath path = dot_paths().back();
+  SCOPED_TRACE(kernels::cpu::path_name(path));
+  const Pass got = run_forced(path, in, cpu);
+  // Each row's P one-hot: dv is dout's rows, rounded to bf16 once (2^-9 relative); a score
+  // summed otherwise in the backward gives P = e^(a few ulps of 1e7) instead of 1.
+  EXPECT_LE(max_error(got.grads.dv, exact.grads.dv), std::ldexp(1.0, -8) * max_abs(exact.grads.dv));
+}
+
+// Two rows a k/v head (Hq 8 over Hk 4): the f32 dot products whatever the path forced.
+TEST(Bf16Decode, FewerThanFourRowsAHeadKeepTheF32Dots) {
   FusedCase c;
   c.Tq = 1;
   c.Tk = 1500;
-  c.Hq = 16;
+  c.Hq = 8;
   c.Hk = 4;
   c.D = c.Dv = 128;
   const FusedInputs in = make_inputs(c, DType::bf16);
