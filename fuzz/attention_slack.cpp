@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "dtype_limits.hpp"
+#include "kernels/cpu/bf16_dots.hpp"
 #include "kernels/cpu/bf16_gemm.hpp"
 #include "qkv/philox.hpp"
 
@@ -90,10 +91,21 @@ double mods_bound(const std::vector<ScoreStep>& steps, double A) {
 // kernels/cpu/bf16_gemm.hpp, kAmxMinKeys). Without the second half, a bf16 case on such a CPU got
 // no slack for P rounded to bf16 before P V: out 8% off where it cancels terms 100 times larger
 // (a finding of the fixed-seed smoke run, 2026-11-27; PyTorch's bf16 SDPA gives the same value).
+// Decode shapes of 4 query rows or more a k/v head take them wherever the CPU has AVX512-BF16
+// (kernels/cpu/bf16_dots.hpp).
 bool bf16_products(const AttentionCase& c, std::int64_t Tk) {
   kernels::cpu::MatrixPath path;
-  return c.matrix_path.has_value() ||
-         (c.dtype == DType::bf16 && kernels::cpu::fused_bf16_path(Tk, path));
+  if (c.matrix_path.has_value()) return true;
+  if (c.dtype != DType::bf16) return false;
+  kernels::Dims d;
+  d.B = c.q.size(0);
+  d.Tq = c.q.size(1);
+  d.Hq = c.q.size(2);
+  d.D = c.q.size(3);
+  d.Tk = Tk;
+  d.Hk = c.k.size(2);
+  d.Dv = c.v.size(3);
+  return kernels::cpu::fused_bf16_path(Tk, path) || kernels::cpu::decode_bf16_dots(d, path);
 }
 
 }  // namespace

@@ -96,11 +96,13 @@ class Writable {
 // tiled one as it packs its tiles).
 enum class Reader { any, fused_forward };
 
+// Whether t's last dimension is contiguous (or has one element).
+inline bool contiguous_last(const Tensor& t) { return t.size(-1) <= 1 || t.stride(-1) == 1; }
+
 // Whether the fused forward reads k and v in their own 16-bit dtype: computing in f32, k and v
 // both bf16 or both f16, their last dimension contiguous.
 template <class T>
 bool reads_half_kv(Reader reader, const Tensor& k, const Tensor& v) {
-  const auto contiguous_last = [](const Tensor& t) { return t.size(-1) <= 1 || t.stride(-1) == 1; };
   return reader == Reader::fused_forward && std::is_same_v<T, float> &&
          (k.dtype() == DType::bf16 || k.dtype() == DType::f16) && v.dtype() == k.dtype() &&
          contiguous_last(k) && contiguous_last(v);
@@ -110,7 +112,10 @@ bool reads_half_kv(Reader reader, const Tensor& k, const Tensor& v) {
 // for as long as params point into them.
 // Where q is in that format too (last dimension contiguous), q_half keeps it as it lies beside
 // its f32 copy: the tiled forward may then compute in bf16 products (kernels/half_kv.hpp).
-// all_bf16: the caller's q, k and v were all bf16.
+// all_bf16: the caller's q, k and v were all bf16, each with its last dimension contiguous: as
+// the fused forward reads them in place (reads_half_kv, q_half), so that it and the backward take
+// bf16 products both or neither (a strided bf16 q once gave the backward bf16 dot products that
+// the forward, reading its f32 copy, had not taken: other scores than the forward's lse came from).
 template <class T>
 struct ComputeInputs {
   Staging staging;  // first: the copies below live in it
@@ -122,12 +127,13 @@ struct ComputeInputs {
                 Reader reader = Reader::any)
       : q(readable<T>(q_in, staging)),
         all_bf16(q_in.dtype() == DType::bf16 && k_in.dtype() == DType::bf16 &&
-                 v_in.dtype() == DType::bf16) {
+                 v_in.dtype() == DType::bf16 && contiguous_last(q_in) && contiguous_last(k_in) &&
+                 contiguous_last(v_in)) {
     if (reads_half_kv<T>(reader, k_in, v_in)) {
       k = k_in;
       v = v_in;
       half = k.dtype() == DType::bf16 ? kernels::HalfKind::bf16 : kernels::HalfKind::f16;
-      if (q_in.dtype() == k.dtype() && (q_in.size(-1) <= 1 || q_in.stride(-1) == 1)) {
+      if (q_in.dtype() == k.dtype() && contiguous_last(q_in)) {
         q_half = q_in;
       }
     } else {
@@ -177,8 +183,8 @@ void run_forward(const kernels::FwdParams<T, S, M>& params, bool reference, Tens
 }
 
 // grads.dq, dk, dv (the caller's) <- the backward of params (q, k, v, mods, dbias and captured
-// set) from dout, out and lse as the forward returned them. bf16_inputs: the caller's q, k and v
-// were bf16 (with a bf16 dout, the fused backward may compute in bf16 products).
+// set) from dout, out and lse as the forward returned them. bf16_inputs: ComputeInputs' all_bf16
+// (with a bf16 dout, as validation requires, the fused backward may compute in bf16 products).
 template <class T, class S, class M>
 void run_backward(const kernels::BwdParams<T, S, M>& params, bool reference, bool bf16_inputs,
                   const Tensor& dout, const Tensor& out, const Tensor& lse, AttentionGrads& grads) {

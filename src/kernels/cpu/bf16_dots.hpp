@@ -35,7 +35,7 @@ inline constexpr std::int64_t kBf16DotKeys = 16;
 // threads, AMD EPYC (family 25, model 17) Zen 4 VM, 2026-11-29, medians of 9-41 calls, two
 // rounds, Tk 1024 to 65536, time over the f32 path; hf: heads-first cache, bthd: [B, T, H, D]):
 // 8 rows (Hq 64) hf 0.58-0.69, bthd 0.56-0.77; 4 rows (Hq 32) hf 0.86-0.93, bthd 0.56-0.71 (at
-// Tk 65536 against its key-by-key step). With the threshold at 2 rows (Hq 16): hf 0.97-1.01, but
+// Tk 65536 against its key-by-key step). With the threshold at 2 rows (Hq 16): hf 0.91-1.01, but
 // bthd 1.39-1.48 and 1.05-1.07 at Tk 1024; at 1 row 1.54-1.68: interleaving pairs of V rows and
 // rounding P for one row's products costs more than they save (bench/README.md).
 inline constexpr std::int64_t kBf16DecodeRows = 4;

@@ -75,7 +75,10 @@ float sum_of_lanes(__m512 v) {
 
 // lanes[r][c] <- the 16 lanes of row q[r] against key c (k + c ldk), rows [0, R), keys [0, n):
 // each one accumulator over the row's NV steps of 32 (the last zero-padded past dim). NV > 0:
-// the rows' steps held in registers for the run; 0: loaded for every key (rows past 128).
+// the rows' steps held in registers for the run; 0: loaded for every key (rows past 128, where
+// four rows' steps would not fit the registers beside their accumulators). Held over loaded at D
+// 128 (runs of 16 keys in L1, the driver of kMinTree below, two runs): 1 row 0.81-0.83, 2 rows
+// 0.63, 4 rows 0.67-0.79, 8 rows 0.59-0.73.
 template <int NV, int R>
 void run_lanes(const std::uint16_t* const* q, const std::uint16_t* k, std::int64_t ldk,
                std::int64_t n, std::int64_t dim, __m512 (*lanes)[kBf16DotKeys]) {
@@ -236,8 +239,11 @@ void bf16_score_dots_avx512(const std::uint16_t* const* q, std::int64_t rows,
       rows_lanes<0>(q, rows, k, ldk, n, dim, lanes);
       break;
   }
-  // From 6 keys the tree's ~45 operations undercut a reduction of ~8 a key (score_dots' measure).
-  constexpr std::int64_t kMinTree = 6;
+  // From 4 keys the tree's ~45 operations undercut a sum of lanes a key: a driver timing this
+  // function both ways, K in L1, D 128, alternated, AMD EPYC (family 25, model 17) Zen 4 VM,
+  // 2026-11-29 (a build running beside it), tree over sums, 1 and 4 rows: 3 keys 0.98 / 1.02, 4
+  // keys 0.69 / 0.89, 5 keys 0.66 / 0.74, 6 to 9 keys 0.44-0.63.
+  constexpr std::int64_t kMinTree = 4;
   const __m512 times = _mm512_set1_ps(scale);
   for (std::int64_t r = 0; r < rows; ++r) {
     if (n < kMinTree) {

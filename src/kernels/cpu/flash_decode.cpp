@@ -212,7 +212,8 @@ void decode_values(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
     const auto flush = [&] {
       if constexpr (std::is_same_v<E, Bf16>) {
         if (dots.on) {
-          static_assert(kDotRows <= kBf16DotRows, "a flush fits one bf16_values call");
+          static_assert(kDotRows <= kBf16DotRows && kBk <= kBf16ValueKeys,
+                        "a flush fits one bf16_values call");
           bf16_values(dots.path, a, n, reinterpret_cast<const std::uint16_t*>(v_rows.at(b, j0, hk)),
                       v_rows.row, cols, d.Dv, y);
           n = 0;
@@ -500,11 +501,6 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
   const auto part_m = partials(rows * splits);
   const auto part_l = partials(rows * splits);
   const auto part_acc = partials(rows * splits * d.Dv);
-  const auto q_scaled = allocate_large<T>(static_cast<size_t>(rows * d.D));  // scale * Q
-  for (std::int64_t bi = 0; bi < d.B * d.Tq; ++bi) {  // the heads of row i of batch b
-    scale_rows(p.q.at(bi / d.Tq, bi % d.Tq, 0), p.q.head, d.Hq, d.D, p.scale,
-               q_scaled.get() + bi * d.Hq * d.D);
-  }
   DecodeDots dots;
   LargeBuffer<std::uint16_t> q_bf16;  // Q [B, Tq, Hq, D] for the dots
   if constexpr (std::is_same_v<E, Bf16>) {
@@ -518,6 +514,12 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
       }
       dots = {true, dots.path, q_bf16.get(), p.scale};
     }
+  }
+  // scale * Q, where the dots do not score Q as it lies.
+  const auto q_scaled = allocate_large<T>(static_cast<size_t>(dots.on ? 1 : rows * d.D));
+  for (std::int64_t bi = 0; bi < d.B * d.Tq && !dots.on; ++bi) {  // the heads of row i of batch b
+    scale_rows(p.q.at(bi / d.Tq, bi % d.Tq, 0), p.q.head, d.Hq, d.D, p.scale,
+               q_scaled.get() + bi * d.Hq * d.D);
   }
   // Partial state of (b, h, i) for split c, at index ((b * Hq + h) * Tq + i) * splits + c.
   // Fewer (batch, split) pairs than threads (short caches, B = 1) would leave threads idle: then

@@ -31,13 +31,14 @@ inline Pass run_forced(std::optional<kernels::cpu::MatrixPath> path, const Fused
   return run(in, options);
 }
 
-// run on one thread, then the thread count back as it was.
+// run on one thread, then the thread count back as it was (also where run throws).
 inline Pass run_on_one_thread(const FusedInputs& in, const AttentionOptions& options) {
-  const int threads = num_threads();
-  set_num_threads(1);
-  Pass r = run(in, options);
-  set_num_threads(threads);
-  return r;
+  struct OneThread {
+    int threads = num_threads();
+    OneThread() { set_num_threads(1); }
+    ~OneThread() { set_num_threads(threads); }
+  } one;
+  return run(in, options);
 }
 
 inline std::vector<std::vector<double>> grads_of(const Pass& r) {

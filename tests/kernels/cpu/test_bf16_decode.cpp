@@ -370,6 +370,43 @@ TEST(Bf16Decode, LargeCachePeakedRowsTakeTheDotsTheBackwardTakes) {
   EXPECT_LE(max_error(got.grads.dv, exact.grads.dv), std::ldexp(1.0, -8) * max_abs(exact.grads.dv));
 }
 
+// Peaked rows (scores ~1e7) with 4 rows a k/v head, as a caller may hand them: the backward's
+// scores are the forward's bits, so dv is dout's rows rounded to bf16 once (P one-hot); summed
+// otherwise, P = e^(a few ulps of 1e7). Also with a q whose last dimension is strided: the
+// forward reads its f32 copy and takes no dots, so neither may the backward.
+TEST(Bf16Decode, PeakedRowsTheBackwardScoresAsTheForwardDid) {
+  FusedCase c;
+  c.Tq = 1;
+  c.Tk = 1100;
+  c.Hq = 8;
+  c.Hk = 2;
+  c.D = c.Dv = 128;
+  c.q_scale = 1e6;
+  const FusedInputs base = make_inputs(c, DType::bf16);
+  FusedInputs strided_q = base;  // every other element of a [B, Tq, Hq, 2 D] tensor
+  Tensor wide = Tensor::zeros({c.B, c.Tq, c.Hq, 2 * c.D}, DType::bf16);
+  wide.slice(3, 0, 2 * c.D, 2).copy_from(base.q);
+  strided_q.q = wide.slice(3, 0, 2 * c.D, 2);
+  ASSERT_EQ(strided_q.q.stride(3), 2);
+  const std::vector<std::pair<const char*, const FusedInputs*>> cases = {{"contiguous", &base},
+                                                                         {"strided q", &strided_q}};
+  for (const auto& [name, in] : cases) {
+    SCOPED_TRACE(name);
+    AttentionOptions cpu = in->options, ref = in->options;
+    cpu.backend = Backend::cpu;
+    ref.backend = Backend::reference;
+    FusedInputs in64 = *in;
+    for (Tensor* t : {&in64.q, &in64.k, &in64.v, &in64.dout}) *t = t->to(DType::f64);
+    const Pass exact = run(in64, ref);
+    for (const MatrixPath path : dot_paths()) {
+      SCOPED_TRACE(kernels::cpu::path_name(path));
+      const Pass got = run_forced(path, *in, cpu);
+      EXPECT_LE(max_error(got.grads.dv, exact.grads.dv),
+                std::ldexp(1.0, -8) * max_abs(exact.grads.dv));
+    }
+  }
+}
+
 // Two rows a k/v head (Hq 8 over Hk 4): the f32 dot products whatever the path forced.
 TEST(Bf16Decode, FewerThanFourRowsAHeadKeepTheF32Dots) {
   FusedCase c;
