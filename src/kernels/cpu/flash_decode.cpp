@@ -5,7 +5,8 @@
 // merged exactly at the end (split-KV, as FlashDecoding). Every mod and the block mask as in the
 // tiled forward (flash_fwd.cpp). A k/v head with few query rows scores them by dot products; one
 // with many (GQA groups, several queries: TileTraits::kDecodeGroupedRows) by small matrix
-// products over each tile of keys.
+// products over each tile of keys. Where q, k and v are all bf16 and a k/v head has 4 query rows
+// or more, scores and P V are bf16 products instead (VDPBF16PS, bf16_dots.hpp: DecodeDots).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/flash_decode.cpp"
 #include <omp.h>
