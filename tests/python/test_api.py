@@ -295,7 +295,7 @@ def test_sixteen_bit_tensors_in_and_out(dtype: torch.dtype) -> None:
     a decode-shaped call (4 queries against a KV cache view) reads the cache as it lies. (Tiled
     bf16 calls compute in bf16 products where the CPU has bf16 matrix units, qkv.matrix_paths(),
     from 1024 keys, on AMX from any number: tests/kernels/cpu/test_bf16_forward.cpp; and bf16
-    decode calls with 4 query rows or more a k/v head, as here, take VDPBF16PS dot products
+    decode calls with 3 query rows or more a k/v head, as here, take VDPBF16PS dot products
     wherever the CPU has them: tests/kernels/cpu/test_bf16_decode.cpp. Such a call here is held to
     the f64 reference's rule, not to the float32 call's bits.) Through qkv.torch's autograd the
     gradients come back in the inputs' dtype."""

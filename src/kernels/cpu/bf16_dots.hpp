@@ -35,10 +35,12 @@ inline constexpr std::int64_t kBf16DotKeys = 16;
 // threads, AMD EPYC (family 25, model 17) Zen 4 VM, 2026-11-29, medians of 9-41 calls, two
 // rounds, Tk 1024 to 65536, time over the f32 path; hf: heads-first cache, bthd: [B, T, H, D]):
 // 8 rows (Hq 64) hf 0.58-0.69, bthd 0.56-0.77; 4 rows (Hq 32) hf 0.86-0.93, bthd 0.56-0.71 (at
-// Tk 65536 against its key-by-key step). With the threshold at 2 rows (Hq 16): hf 0.91-1.01, but
-// bthd 1.39-1.48 and 1.05-1.07 at Tk 1024; at 1 row 1.54-1.68: interleaving pairs of V rows and
-// rounding P for one row's products costs more than they save (bench/README.md).
-inline constexpr std::int64_t kBf16DecodeRows = 4;
+// Tk 65536 against its key-by-key step). Since bf16_values interleaves V in registers (the same
+// VM and driver, later that day, 11-41 calls, two rounds): 3 rows (Hq 24) at Tk 65536 hf
+// 0.87-0.88, bthd 0.89-0.91; 2 rows (Hq 16, or Tq 2) at Tk 65536 hf 1.18-1.23, bthd 1.11-1.16,
+// though 0.53-0.88 at Tk 4096 (in L3); 1 row at Tk 65536 1.31-1.32 hf, 1.60-1.62 bthd. From
+// memory, the f32 path's 1 and 2 rows already run near the memory's speed (bench/README.md).
+inline constexpr std::int64_t kBf16DecodeRows = 3;
 
 // Whether a decode shape d of bf16 q, k and v takes its scores from bf16_score_dots and its full
 // tiles' P V from bf16_values (true, and on which path): where a k/v head has kBf16DecodeRows

@@ -6,7 +6,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <vector>
 
 #include "kernels/cpu/bf16_dots.hpp"
 
@@ -133,41 +132,91 @@ void rows_lanes(const std::uint16_t* const* q, std::int64_t rows, const std::uin
 
 constexpr std::int64_t kPairs = kBf16ValueKeys / 2;
 
-// The acc rows [0, NR) x 16-column chunks [x0, x0 + NX) += the pairs' products: pw [rows][kPairs]
-// P's bf16 pairs of keys, vp [pairs][chunks][32] V's, interleaved (column c of keys 2m and 2m + 1
-// side by side); the last chunk keeps columns below dv.
-template <int NR, int NX>
-void values_block(const std::uint32_t (*pw)[kPairs], std::int64_t pairs, const std::uint16_t* vp,
-                  std::int64_t chunks, std::int64_t x0, std::int64_t dv, float* const* acc) {
-  __m512 sum[NR][NX];
-  __mmask16 keep[NX];
+// Columns [0, 32) of a row's accumulators as VPUNPCKLWD and VPUNPCKHWD pair V's columns: the
+// low vector holds columns 0-3, 8-11, 16-19 and 24-27, the high one the rest, each 128-bit lane
+// four columns of its eight. Indices into two vectors of 16 (columns 0-15, then 16-31), and back.
+alignas(64) constexpr std::int32_t kToLow[16] = {0,  1,  2,  3,  8,  9,  10, 11,
+                                                 16, 17, 18, 19, 24, 25, 26, 27};
+alignas(64) constexpr std::int32_t kToHigh[16] = {4,  5,  6,  7,  12, 13, 14, 15,
+                                                  20, 21, 22, 23, 28, 29, 30, 31};
+alignas(64) constexpr std::int32_t kFromFirst[16] = {0, 1, 2, 3, 16, 17, 18, 19,
+                                                     4, 5, 6, 7, 20, 21, 22, 23};
+alignas(64) constexpr std::int32_t kFromSecond[16] = {8,  9,  10, 11, 24, 25, 26, 27,
+                                                      12, 13, 14, 15, 28, 29, 30, 31};
+
+// The most columns whose accumulators one pass over the keys holds (bf16_values_avx512): 4
+// chunks of 32 columns a row, 2 vectors each, in held [kBf16DotRows][2 kHeldChunks].
+constexpr std::int64_t kHeldChunks = 4;
+
+// held[r][0, 2 NX) += the pairs' products for the rows [0, NR) and the columns [c, c + 32 NX)
+// (those below dv), pairs [0, pairs): pw [rows][kPairs] P's bf16 pairs of keys (keys 2m and 2m + 1
+// in pair m, zero past n), v [n, ldv] bf16 rows from column c. Each pair's two V rows are read
+// as they lie and interleaved in registers (column c of keys 2m and 2m + 1 side by side, the odd
+// key's zero past n): a copy into pairs through permutes first cost 24 of the 41 cycles a key of 4
+// rows (D 128, V in L1, AMD EPYC (family 25, model 17) Zen 4 VM, 2026-11-29). The loads of V are
+// plain where the columns fill the vector: masked 16-bit loads took 2.2x the time of the whole
+// block on that CPU (bench/README.md).
+template <int NR, int NX, bool kTail>
+void values_block(const std::uint32_t (*pw)[kPairs], std::int64_t pairs, std::int64_t n,
+                  const std::uint16_t* v, std::int64_t ldv, std::int64_t c, std::int64_t dv,
+                  __m512 (*held)[2 * kHeldChunks]) {
+  __m512 sum[NR][2 * NX];
+  __mmask32 keep[NX];
+#pragma GCC unroll 4
   for (int x = 0; x < NX; ++x) {
-    const std::int64_t left = dv - 16 * (x0 + x);
-    keep[x] = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
-    for (int r = 0; r < NR; ++r) sum[r][x] = _mm512_maskz_loadu_ps(keep[x], acc[r] + 16 * (x0 + x));
+    const std::int64_t left = std::clamp<std::int64_t>(dv - c - 32 * x, 0, 32);
+    keep[x] = static_cast<__mmask32>((std::uint64_t{1} << left) - 1);
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; ++r) {
+      sum[r][2 * x] = held[r][2 * x];
+      sum[r][2 * x + 1] = held[r][2 * x + 1];
+    }
   }
   for (std::int64_t m = 0; m < pairs; ++m) {
-    __m512bh vx[NX];
+    const std::uint16_t* even = v + 2 * m * ldv + c;
+    const bool odd = 2 * m + 1 < n;
+    __m512bh low[NX], high[NX];
+#pragma GCC unroll 4
     for (int x = 0; x < NX; ++x) {
-      vx[x] = (__m512bh)_mm512_loadu_si512(vp + (m * chunks + x0 + x) * 32);
+      const std::uint16_t* at = even + 32 * x;
+      const __m512i e = kTail ? _mm512_maskz_loadu_epi16(keep[x], at) : _mm512_loadu_si512(at);
+      const __m512i o = !odd    ? _mm512_setzero_si512()
+                        : kTail ? _mm512_maskz_loadu_epi16(keep[x], at + ldv)
+                                : _mm512_loadu_si512(at + ldv);
+      low[x] = (__m512bh)_mm512_unpacklo_epi16(e, o);
+      high[x] = (__m512bh)_mm512_unpackhi_epi16(e, o);
     }
+#pragma GCC unroll 2
     for (int r = 0; r < NR; ++r) {
       const auto pr = (__m512bh)_mm512_set1_epi32(static_cast<int>(pw[r][m]));
-      for (int x = 0; x < NX; ++x) sum[r][x] = _mm512_dpbf16_ps(sum[r][x], pr, vx[x]);
+#pragma GCC unroll 4
+      for (int x = 0; x < NX; ++x) {
+        sum[r][2 * x] = _mm512_dpbf16_ps(sum[r][2 * x], pr, low[x]);
+        sum[r][2 * x + 1] = _mm512_dpbf16_ps(sum[r][2 * x + 1], pr, high[x]);
+      }
     }
   }
+#pragma GCC unroll 4
   for (int x = 0; x < NX; ++x) {
-    for (int r = 0; r < NR; ++r) _mm512_mask_storeu_ps(acc[r] + 16 * (x0 + x), keep[x], sum[r][x]);
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; ++r) {
+      held[r][2 * x] = sum[r][2 * x];
+      held[r][2 * x + 1] = sum[r][2 * x + 1];
+    }
   }
 }
 
-using ValuesBlock = void (*)(const std::uint32_t (*)[kPairs], std::int64_t, const std::uint16_t*,
-                             std::int64_t, std::int64_t, std::int64_t, float* const*);
+using ValuesBlock = void (*)(const std::uint32_t (*)[kPairs], std::int64_t, std::int64_t,
+                             const std::uint16_t*, std::int64_t, std::int64_t, std::int64_t,
+                             __m512 (*)[2 * kHeldChunks]);
 
-template <int NR>
-constexpr ValuesBlock kBlocksOf[4] = {values_block<NR, 1>, values_block<NR, 2>, values_block<NR, 3>,
-                                      values_block<NR, 4>};
-constexpr const ValuesBlock* kBlocks[4] = {kBlocksOf<1>, kBlocksOf<2>, kBlocksOf<3>, kBlocksOf<4>};
+// [32-column chunks - 1][rows - 1].
+template <bool kTail>
+constexpr ValuesBlock kBlocks[kHeldChunks][2] = {
+    {values_block<1, 1, kTail>, values_block<2, 1, kTail>},
+    {values_block<1, 2, kTail>, values_block<2, 2, kTail>},
+    {values_block<1, 3, kTail>, values_block<2, 3, kTail>},
+    {values_block<1, 4, kTail>, values_block<2, 4, kTail>}};
 
 }  // namespace
 
@@ -176,44 +225,53 @@ void bf16_values_avx512(const float* const* p, std::int64_t rows, const std::uin
   const std::int64_t pairs = (n + 1) / 2;
   // P rounded (VCVTNE2PS2BF16: nearest, ties to even) in pairs of keys, zero past n.
   alignas(64) std::uint32_t pw[kBf16DotRows][kPairs];
+  const auto upto = [](std::int64_t left) {  // the first `left` of 16 lanes, clamped
+    return static_cast<__mmask16>((1u << std::clamp<std::int64_t>(left, 0, 16)) - 1);
+  };
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t c = 0; c < n; c += 32) {
-      const auto upto = [&](std::int64_t from) {
-        const std::int64_t left = std::clamp<std::int64_t>(n - from, 0, 16);
-        return static_cast<__mmask16>((1u << left) - 1);
-      };
-      const __m512 lo = _mm512_maskz_loadu_ps(upto(c), p[r] + c);
-      const __m512 hi = _mm512_maskz_loadu_ps(upto(c + 16), p[r] + c + 16);
+      const __m512 lo = _mm512_maskz_loadu_ps(upto(n - c), p[r] + c);
+      const __m512 hi = _mm512_maskz_loadu_ps(upto(n - c - 16), p[r] + c + 16);
       _mm512_store_si512(pw[r] + c / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
   }
-  // V's rows in pairs, each 16 columns of keys 2m and 2m + 1 interleaved, zero past dv and n.
-  const std::int64_t chunks = (dv + 15) / 16;
-  thread_local std::vector<std::uint16_t> interleaved;
-  interleaved.resize(static_cast<std::size_t>(pairs * chunks * 32));
-  std::uint16_t* vp = interleaved.data();
-  alignas(64) static constexpr std::uint16_t kInterleave[32] = {
-      0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  const __m512i order = _mm512_load_si512(kInterleave);
-  for (std::int64_t m = 0; m < pairs; ++m) {
-    const std::uint16_t* even = v + 2 * m * ldv;
-    const std::uint16_t* odd = 2 * m + 1 < n ? even + ldv : nullptr;
-    for (std::int64_t x = 0; x < chunks; ++x) {
-      const std::int64_t left = std::min<std::int64_t>(dv - 16 * x, 16);
-      const auto keep = static_cast<__mmask32>((1u << left) - 1);
-      const __m512i lo = _mm512_maskz_loadu_epi16(keep, even + 16 * x);
-      const __m512i hi =
-          odd != nullptr ? _mm512_maskz_loadu_epi16(keep, odd + 16 * x) : _mm512_setzero_si512();
-      _mm512_storeu_si512(vp + (m * chunks + x) * 32, _mm512_permutex2var_epi16(lo, order, hi));
+  // Up to kHeldChunks 32-column chunks of every row's accumulators, held in the order in which
+  // VPUNPCKLWD / VPUNPCKHWD pair V's columns, over all the keys, two rows at a time across all
+  // those columns: V is read row after row, each row whole (at D up to 128), and the next two
+  // rows find the tile in cache. Read in 64-column halves for four rows at a time, each row's
+  // lines out of order, V alone from memory took 1.4x the time (a scratch program: 65536 keys, 8
+  // heads, 2 threads), and a decode call (Hq 32 over Hk 8, heads first, 65536 keys) 1.09-1.10x;
+  // in runs of 8 or 16 pairs for all the rows, 1.05-1.11x and 1.03-1.06x the time of whole tiles
+  // (the Zen 4 VM above, drivers alternating the variants call by call; bench/README.md).
+  alignas(64) __m512 held[kBf16DotRows][2 * kHeldChunks];
+  const __m512i to_low = _mm512_load_si512(kToLow), to_high = _mm512_load_si512(kToHigh);
+  const __m512i from_first = _mm512_load_si512(kFromFirst);
+  const __m512i from_second = _mm512_load_si512(kFromSecond);
+  for (std::int64_t c0 = 0; c0 < dv; c0 += 32 * kHeldChunks) {
+    const std::int64_t chunks = std::min(kHeldChunks, (dv - c0 + 31) / 32);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t x = 0; x < chunks; ++x) {
+        const std::int64_t c = c0 + 32 * x;
+        const __m512 first = _mm512_maskz_loadu_ps(upto(dv - c), acc[r] + c);
+        const __m512 second = _mm512_maskz_loadu_ps(upto(dv - c - 16), acc[r] + c + 16);
+        held[r][2 * x] = _mm512_permutex2var_ps(first, to_low, second);
+        held[r][2 * x + 1] = _mm512_permutex2var_ps(first, to_high, second);
+      }
     }
-  }
-  // Blocks of up to 4 rows by 4 chunks (16 accumulators).
-  for (std::int64_t x0 = 0; x0 < chunks; x0 += 4) {
-    const std::int64_t nx = std::min<std::int64_t>(4, chunks - x0);
-    for (std::int64_t r0 = 0; r0 < rows; r0 += 4) {
-      const std::int64_t nr = std::min<std::int64_t>(4, rows - r0);
-      kBlocks[nr - 1][nx - 1](pw + r0, pairs, vp, chunks, x0, dv, acc + r0);
+    const bool tail = c0 + 32 * chunks > dv;
+    for (std::int64_t r0 = 0; r0 < rows; r0 += 2) {
+      const std::int64_t nr = std::min<std::int64_t>(2, rows - r0);
+      (tail ? kBlocks<true> : kBlocks<false>)[chunks - 1][nr - 1](pw + r0, pairs, n, v, ldv, c0, dv,
+                                                                  held + r0);
+    }
+    for (std::int64_t r = 0; r < rows; ++r) {
+      for (std::int64_t x = 0; x < chunks; ++x) {
+        const std::int64_t c = c0 + 32 * x;
+        const __m512 lo = held[r][2 * x], hi = held[r][2 * x + 1];
+        _mm512_mask_storeu_ps(acc[r] + c, upto(dv - c), _mm512_permutex2var_ps(lo, from_first, hi));
+        _mm512_mask_storeu_ps(acc[r] + c + 16, upto(dv - c - 16),
+                              _mm512_permutex2var_ps(lo, from_second, hi));
+      }
     }
   }
 }

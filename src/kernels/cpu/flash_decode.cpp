@@ -5,7 +5,7 @@
 // merged exactly at the end (split-KV, as FlashDecoding). Every mod and the block mask as in the
 // tiled forward (flash_fwd.cpp). A k/v head with few query rows scores them by dot products; one
 // with many (GQA groups, several queries: TileTraits::kDecodeGroupedRows) by small matrix
-// products over each tile of keys. Where q, k and v are all bf16 and a k/v head has 4 query rows
+// products over each tile of keys. Where q, k and v are all bf16 and a k/v head has 3 query rows
 // or more, scores and P V are bf16 products instead (VDPBF16PS, bf16_dots.hpp: DecodeDots).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/flash_decode.cpp"
@@ -558,6 +558,14 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
   // 0.49 / 0.53, 12288 0.85-0.86 / 0.78-0.83, 16384 1.20-1.28 / 1.05-1.15, 65536 6.02-6.35 /
   // 5.28-5.48; [B, H, T, D] Tk 65536 5.95-6.17 / 8.58-8.81.
   constexpr std::int64_t kOnlineMinElements = std::int64_t{20} << 20;
+  // And only for up to 2 query rows a k/v head: with more, the tiles' P V (values_rows, two rows
+  // across whole V rows) beat the online step, which loads and stores every row's accumulator
+  // every key. A driver alternating the two call by call (qkv::attention_forward, [B, T, H, D]
+  // cache, Hk 8, D 128, 2 threads, AMD EPYC (family 25, model 17) Zen 4 VM, 2026-11-29, medians
+  // of 11-21 calls, two rounds), time of the tiles over the online step: f16 Hq 32 at Tk 65536
+  // 0.83-0.85 and at 16384 0.83-0.84, Tq 4 over Hq 8 0.84-0.88, Hq 24 (3 rows) 0.99-1.00, f32 Hq
+  // 32 at 32768 0.62-0.63; Hq 16 (2 rows) 1.21-1.24.
+  constexpr std::int64_t kOnlineRows = 3;
   const std::int64_t kv_elements = d.B * d.Tk * d.Hk * (d.D + d.Dv);
   // decode_scores in runs of keys head by head where the call's K fits half of L2: the scores' sums
   // share a tree (score_dots), and the jumps from head to head find K in cache. One thread, a
@@ -588,7 +596,7 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     GroupScratch<T> products(grouped ? d.Hk : 0, group_rows, grouped ? d.D : 0, grouped ? d.Dv : 0);
     // Not with the bf16 dots, whose scores the backward recomputes: the tiles with them took 0.71
     // of the key-by-key step's time (Hq 32 over Hk 8, [B, T, H, D], bf16_dots.hpp).
-    const bool online = d.group() * d.Tq < kGroupedRows && !dots.on && !heads_first &&
+    const bool online = d.group() * d.Tq < kOnlineRows && !dots.on && !heads_first &&
                         kv_elements > kOnlineMinElements && !p.dropout.enabled() &&
                         plain_scores(p.score_mod);
     // Whether the tile k-block kb of batch b is full for every query head. The key-by-key step

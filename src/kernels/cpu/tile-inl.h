@@ -449,48 +449,44 @@ HWY_INLINE void values_block(const T* const* a, const E* HWY_RESTRICT x, std::in
   }
 }
 
-// Vectors of a row that values_rows holds per block: 4 rows of 4 vectors are 16 accumulators of
-// AVX-512's 32 registers; of 2, 8 of AVX2's 16.
+// Vectors of a row that values_rows holds per block: 2 rows of 8 vectors are 16 accumulators of
+// AVX-512's 32 registers; of 4, 8 of AVX2's 16.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-inline constexpr int kValueVectors = 4;
+inline constexpr int kValueVectors = 8;
 #else
-inline constexpr int kValueVectors = 2;
+inline constexpr int kValueVectors = 4;
 #endif
 
 // y[r] [count] += a[r][c] * x[c ldx] [count] for the keys c in [0, keys) in turn, for the rows r
 // in [0, n): axpy's operations key after key, so the bits of an axpy per key and row, with the
-// rows' accumulators held in registers across the keys in blocks of up to 4 rows by
-// kValueVectors vectors, and each V vector loaded once per block of rows.
+// rows' accumulators held in registers across the keys in blocks of up to 2 rows by
+// kValueVectors vectors, and each V vector loaded once per block of rows. Two rows across a whole
+// row of V (D 128 in f32 on AVX-512) rather than 4 rows across half of it: each block then reads
+// V's rows whole and in order, which the hardware prefetchers follow, and a second block finds
+// them in cache. Read half a row at a time, a row's lines out of order, V from memory took
+// longer: a driver alternating the two call by call (qkv::attention_forward, f16 cache [1, 8, Tk,
+// 128] heads first, Tq 1, 2 threads, AMD EPYC (family 25, model 17) Zen 4 VM, 2026-11-29, medians
+// of 15 calls, two rounds), time of whole rows over halves: Hq 32 at Tk 65536 0.87-0.88, Hq 16
+// 0.76-0.77; Tk 4096 (in L3) 1.01-1.03.
 template <class T, class E>
 void values_rows(const T* const* a, const E* HWY_RESTRICT x, std::int64_t ldx, std::int64_t keys,
                  T* const* y, std::int64_t n, std::int64_t count) {
   const auto L = static_cast<std::int64_t>(hn::Lanes(hn::ScalableTag<T>()));
-  for (std::int64_t r0 = 0; r0 < n; r0 += 4) {
-    const std::int64_t m = std::min<std::int64_t>(4, n - r0);
+  for (std::int64_t r0 = 0; r0 < n; r0 += 2) {
+    const std::int64_t m = std::min<std::int64_t>(2, n - r0);
     const auto block = [&]<int V>(std::int64_t e0) {
-      switch (m) {
-        case 4:
-          values_block<4, V>(a + r0, x, ldx, keys, y + r0, e0);
-          break;
-        case 3:
-          values_block<3, V>(a + r0, x, ldx, keys, y + r0, e0);
-          break;
-        case 2:
-          values_block<2, V>(a + r0, x, ldx, keys, y + r0, e0);
-          break;
-        default:
-          values_block<1, V>(a + r0, x, ldx, keys, y + r0, e0);
-          break;
+      if (m == 2) {
+        values_block<2, V>(a + r0, x, ldx, keys, y + r0, e0);
+      } else {
+        values_block<1, V>(a + r0, x, ldx, keys, y + r0, e0);
       }
     };
     std::int64_t e = 0;
-    if (m == 1) {  // one row: twice the vectors, as many accumulator chains as two rows keep
-      for (; e + 2 * kValueVectors * L <= count; e += 2 * kValueVectors * L) {
-        values_block<1, 2 * kValueVectors>(a + r0, x, ldx, keys, y + r0, e);
-      }
-    }
     for (; e + kValueVectors * L <= count; e += kValueVectors * L) {
       block.template operator()<kValueVectors>(e);
+    }
+    if constexpr (kValueVectors > 4) {
+      for (; e + 4 * L <= count; e += 4 * L) block.template operator()<4>(e);
     }
     for (; e + 2 * L <= count; e += 2 * L) block.template operator()<2>(e);
     for (; e + L <= count; e += L) block.template operator()<1>(e);

@@ -1,4 +1,4 @@
-// Decode shapes of bf16 q, k and v whose k/v heads have 4 query rows or more take their scores
+// Decode shapes of bf16 q, k and v whose k/v heads have 3 query rows or more take their scores
 // from bf16 dot products (kernels/cpu/bf16_dots.hpp), in the forward and in the backward's
 // recomputation, and their full tiles' P V from bf16 products (P rounded to bf16), on every path
 // this CPU runs and on the emulated dots everywhere:
@@ -10,7 +10,7 @@
 //   of the reference computed from the same bf16 inputs), peaked rows included, whose dv leaves
 //   that bound unless the backward recomputes the forward's scores bit for bit;
 //   deterministic over thread counts; really taken (other bits than the f32 dots'), and not taken
-//   below 4 rows a k/v head, nor by the key-by-key step of large [B, T, H, D] caches.
+//   below 3 rows a k/v head, nor by the key-by-key step of large [B, T, H, D] caches.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -282,6 +282,15 @@ std::vector<FusedCase> shapes() {
   peaked.D = peaked.Dv = 128;
   peaked.q_scale = 1e6;
   out.push_back(peaked);
+  FusedCase three;  // 3 rows a k/v head (two, then one, in the values' blocks), D past whole
+                    // vectors of 32, key lengths
+  three.Tq = 1;
+  three.Tk = 900;
+  three.Hq = 6;
+  three.Hk = 2;
+  three.D = three.Dv = 96;
+  three.padding = true;
+  out.push_back(three);
   FusedCase wide;  // D 256 (rows loaded, not held), dropout
   wide.Tq = 8;
   wide.Tk = 300;
@@ -331,8 +340,11 @@ TEST_P(Bf16Decode, WithinFlashAttentionsRuleOnEveryPath) {
       EXPECT_LE(max_error(got.grads.*member, want),
                 3 * max_error(low.grads.*member, want) + 1e-6 * std::max(1.0, max_abs(want)));
     }
-    // Other scores than the f32 dot products': the path was taken.
-    EXPECT_FALSE(bitwise_equal({got.fwd.lse.to_vector()}, {f32.fwd.lse.to_vector()}));
+    // Other bits than the f32 path's (the dots' scores, full tiles' P rounded to bf16): the path
+    // was taken. Not the lse alone: over 900 keys at D 96 it kept every bit of the f32 path's
+    // for 3 rows of 6.
+    EXPECT_FALSE(bitwise_equal({got.fwd.out.to_vector(), got.fwd.lse.to_vector()},
+                               {f32.fwd.out.to_vector(), f32.fwd.lse.to_vector()}));
     // The same bits on one thread as on two.
     const Pass one = run_on_one_thread(in, cpu);
     EXPECT_TRUE(bitwise_equal(results_of(got), results_of(one)));
@@ -408,7 +420,7 @@ TEST(Bf16Decode, PeakedRowsTheBackwardScoresAsTheForwardDid) {
 }
 
 // Two rows a k/v head (Hq 8 over Hk 4): the f32 dot products whatever the path forced.
-TEST(Bf16Decode, FewerThanFourRowsAHeadKeepTheF32Dots) {
+TEST(Bf16Decode, FewerThanThreeRowsAHeadKeepTheF32Dots) {
   FusedCase c;
   c.Tq = 1;
   c.Tk = 1500;
