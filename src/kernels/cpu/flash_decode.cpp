@@ -582,12 +582,38 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
   const bool runs = heads_first || static_cast<double>(d.B * d.Tk * d.Hk * d.D) *
                                            static_cast<double>(sizeof(*k.data)) <=
                                        0.5 * static_cast<double>(cpu_features().l2_bytes);
+  // An item's keys go in runs of up to kRunTiles tiles, as many as keep its scores within
+  // kRunScoreBytes: first every tile's scores, then each tile's softmax and P V in order, the same
+  // arithmetic in the same order as a tile at a time, but K read for 512 keys before their V,
+  // where a tile at a time alternated K and V every 64 keys. A driver alternating run lengths call
+  // by call (qkv::attention_forward, heads-first cache, Hk 8, D 128, Tq 1, 2 threads, AMD EPYC
+  // (family 25, model 17) Zen 4 VM, 2026-11-29, medians of 11-41 calls, two rounds), bf16 Hq 32
+  // at Tk 65536, time over a tile at a time: 2 tiles 0.92-0.93, 4 0.85-0.86, 8 0.82; 16 and 32
+  // tiles 0.93-0.94 and 0.92 of 8's time there, but 16 1.10-1.13 of 8's at Tk 4096 (in L3), where
+  // 8 took 0.95-0.96 of a tile at a time. f16 Hq 32 at 65536: 8 tiles 0.85-0.87, Hq 8 0.97-0.98.
+  // [B, T, H, D], whose tiles read every head's rows of each key, and shapes bound by their
+  // arithmetic (Tq 16, or Hq 64 in f16) 0.97-1.03. The key-by-key step takes tiles as they come.
+  constexpr std::int64_t kRunTiles = 8;
+  constexpr std::int64_t kRunScoreBytes = std::int64_t{256} << 10;
+  const std::int64_t longest_run = std::min(
+      kRunTiles, (std::min(split_length, d.Tk) + TileTraits::kBlockK - 1) / TileTraits::kBlockK);
   const BlockView blocks(p.blocks);
 #pragma omp parallel
   {
     ForwardScratch<T> scratch(d.Hq * d.Tq, 0, d.Dv);  // rows h * Tq + i; no Q rows
     const SoftmaxState<T> state = scratch.state();
-    std::vector<TileKind> kinds(static_cast<std::size_t>(d.Hq));  // each head's tile
+    // Each head's kind of every tile of a run, each tile's step, and each tile's scores S [Hq *
+    // Tq, kBk] (rows h * Tq + i).
+    std::vector<TileKind> kinds(static_cast<std::size_t>(longest_run * d.Hq));
+    enum class Step : std::uint8_t { none, online, tiles };
+    std::vector<Step> step(static_cast<std::size_t>(kRunTiles));
+    const std::int64_t tile_scores = d.Hq * d.Tq * kBk;
+    const auto more_scores = hwy::AllocateAligned<T>(
+        static_cast<std::size_t>(std::max<std::int64_t>((longest_run - 1) * tile_scores, 1)));
+    std::fill(more_scores.get(), more_scores.get() + (longest_run - 1) * tile_scores, T(0));
+    const auto scores_of = [&](std::int64_t t) {  // tile t of a run's S
+      return t == 0 ? scratch.s.get() : more_scores.get() + (t - 1) * tile_scores;
+    };
     // Every query row of a k/v head, live or not, enters the grouped products (rows past live
     // are computed and never read), so the choice depends on the shapes only; the bf16 dots
     // take their place where they are on.
@@ -630,42 +656,61 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
           group_queries(d, q_scaled.get(), b, hk, products.head_q(hk, group_rows, d.D));
         }
       }
-      for (std::int64_t j0 = split * split_length; j0 < k_end; j0 += kBk) {
-        const std::int64_t cols = std::min(kBk, k_end - j0);
-        bool any = false;
-        for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
-          kinds[h] = live > 0 ? blocks.kind(b, h, 0, j0 / kBk) : TileKind::empty;
-          any = any || kinds[h] != TileKind::empty;
-        }
-        if (!any) continue;
-        if (online && live == d.Tq && every_head_full(b, j0 / kBk)) {
-          decode_online(d, k, v, q_scaled.get(), b, heads, j0, cols, k_ahead, state,
-                        online_step.get());
-          continue;
-        }
-        if (grouped) {
-          grouped_scores(d, k, v, b, hk_lo, hk_hi, j0, cols, products, scratch.s.get());
-        } else {
-          decode_scores(p, k, v, q_scaled.get(), dots, b, heads, live, j0, cols, k_ahead, runs,
-                        scratch.s.get());
-        }
-        decode_softmax(p, b, heads, live, j0, cols, kinds.data(), scratch.s.get(), scratch.z.get(),
-                       state);
-        if (!grouped) {
-          decode_values(p, v, dots, b, heads, live, j0, cols, kinds.data(), scratch.s.get(),
-                        state.acc);
-          continue;
-        }
-        for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
-          const HeadRange group_heads{hk * d.group(), (hk + 1) * d.group()};
-          const bool all_full =
-              std::all_of(kinds.begin() + group_heads.lo, kinds.begin() + group_heads.hi,
-                          [](TileKind kind) { return kind == TileKind::full; });
-          if (all_full) {
-            grouped_values(d, v, b, hk, j0, cols, products, scratch.s.get(), state.acc);
+      const std::int64_t item_rows = (heads.hi - heads.lo) * d.Tq;
+      const std::int64_t run_tiles =
+          online ? 1
+                 : std::clamp<std::int64_t>(
+                       kRunScoreBytes / (item_rows * kBk * static_cast<std::int64_t>(sizeof(T))), 1,
+                       longest_run);
+      for (std::int64_t run = split * split_length; run < k_end; run += run_tiles * kBk) {
+        const std::int64_t tiles = std::min(run_tiles, (k_end - run + kBk - 1) / kBk);
+        // Every tile's scores first, so that K is read for run_tiles tiles before V is.
+        for (std::int64_t t = 0; t < tiles; ++t) {
+          const std::int64_t j0 = run + t * kBk, cols = std::min(kBk, k_end - j0);
+          TileKind* tile_kinds = kinds.data() + t * d.Hq;
+          bool any = false;
+          for (std::int64_t h = heads.lo; h < heads.hi; ++h) {
+            tile_kinds[h] = live > 0 ? blocks.kind(b, h, 0, j0 / kBk) : TileKind::empty;
+            any = any || tile_kinds[h] != TileKind::empty;
+          }
+          step[t] = !any                                                     ? Step::none
+                    : online && live == d.Tq && every_head_full(b, j0 / kBk) ? Step::online
+                                                                             : Step::tiles;
+          if (step[t] != Step::tiles) continue;
+          T* S = scores_of(t);
+          if (grouped) {
+            grouped_scores(d, k, v, b, hk_lo, hk_hi, j0, cols, products, S);
           } else {
-            decode_values(p, v, dots, b, group_heads, live, j0, cols, kinds.data(), scratch.s.get(),
-                          state.acc);
+            decode_scores(p, k, v, q_scaled.get(), dots, b, heads, live, j0, cols, k_ahead, runs,
+                          S);
+          }
+        }
+        // Then each tile's softmax and P V in order: the arithmetic of a tile at a time.
+        for (std::int64_t t = 0; t < tiles; ++t) {
+          const std::int64_t j0 = run + t * kBk, cols = std::min(kBk, k_end - j0);
+          const TileKind* tile_kinds = kinds.data() + t * d.Hq;
+          T* S = scores_of(t);
+          if (step[t] == Step::none) continue;
+          if (step[t] == Step::online) {
+            decode_online(d, k, v, q_scaled.get(), b, heads, j0, cols, k_ahead, state,
+                          online_step.get());
+            continue;
+          }
+          decode_softmax(p, b, heads, live, j0, cols, tile_kinds, S, scratch.z.get(), state);
+          if (!grouped) {
+            decode_values(p, v, dots, b, heads, live, j0, cols, tile_kinds, S, state.acc);
+            continue;
+          }
+          for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
+            const HeadRange group_heads{hk * d.group(), (hk + 1) * d.group()};
+            const bool all_full =
+                std::all_of(tile_kinds + group_heads.lo, tile_kinds + group_heads.hi,
+                            [](TileKind kind) { return kind == TileKind::full; });
+            if (all_full) {
+              grouped_values(d, v, b, hk, j0, cols, products, S, state.acc);
+            } else {
+              decode_values(p, v, dots, b, group_heads, live, j0, cols, tile_kinds, S, state.acc);
+            }
           }
         }
       }
