@@ -56,3 +56,23 @@ endforeach()
 if(NOT decode_rows EQUAL 1)
   message(FATAL_ERROR "${JSON}: expected 1 decode row, got ${decode_rows}")
 endif()
+
+# --decode-group 4: one GQA decode row, 32 query heads over 8 k/v heads, its table's H column
+# "32/8", the JSON's Hq 32 beside H 8, and GB/s counted over K and V alone.
+execute_process(COMMAND ${QKV} bench --decode-only --decode-tk 4096 --decode-group 4 --reps 1
+                        --json ${JSON}
+                RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT code EQUAL 0)
+  message(FATAL_ERROR "qkv bench --decode-group exited ${code}:\n${out}\n${err}")
+endif()
+message("${out}")
+if(NOT out MATCHES " 32/8 ")
+  message(FATAL_ERROR "qkv bench --decode-group 4 printed no 32/8 heads column")
+endif()
+file(READ ${JSON} doc)
+string(JSON rows LENGTH "${doc}" rows)
+string(JSON hq GET "${doc}" rows 0 Hq)
+string(JSON h GET "${doc}" rows 0 H)
+if(NOT rows EQUAL 1 OR NOT hq EQUAL 32 OR NOT h EQUAL 8)
+  message(FATAL_ERROR "${JSON}: expected 1 row of Hq 32 over H 8, got ${rows} rows, Hq ${hq}, H ${h}")
+endif()

@@ -25,7 +25,8 @@ enum class Pass : std::uint8_t { fwd, bwd };
 std::string_view pass_name(Pass pass) noexcept;  // "fwd", "bwd"
 Pass parse_pass(std::string_view name);          // throws qkv::Error on anything else
 
-// One benchmark shape: Hq = Hk = H, Dv = D, causal is top-left (Tq == Tk in every default row).
+// One benchmark shape: H k/v heads and group H query heads (GQA; Hq = Hk = H by default), Dv = D,
+// causal is top-left (Tq == Tk in every default row).
 struct Shape {
   Pass pass = Pass::fwd;
   std::int64_t B = 1;
@@ -43,6 +44,8 @@ struct Shape {
   // permuted to [B, T, H, D] (lse [B, H, T] either way): the kernels read and write them where they
   // lie, so time and peak RSS should equal the contiguous rows'.
   bool heads_first = false;
+  // Query heads per k/v head: q, out and lse have group H heads, k and v H.
+  std::int64_t group = 1;
 
   // Decode: one query against a long KV cache. Its cost is reading K and V, so it is judged
   // against memory bandwidth, not against the FMA peak.
@@ -187,11 +190,13 @@ double read_sweep_gbps(int threads, int runs = 10,
 Peaks measure_peaks(int threads);
 
 // The default suite: B = 1, H = 8, T in ts, D in ds, causal and not, fwd and bwd, then the decode
-// rows (B = 1, H = 8, D = 128, Tq = 1, Tk in decode_tks, forward, not causal).
+// rows (B = 1, H = 8, D = 128, Tq = 1, Tk in decode_tks, forward, not causal, decode_group query
+// heads per k/v head).
 inline const std::vector<std::int64_t> kDefaultTs = {512, 1024, 2048, 4096, 8192};
 inline const std::vector<std::int64_t> kDefaultDs = {64, 128};
 inline const std::vector<std::int64_t> kDefaultDecodeTks = {4096, 16384, 65536};
 std::vector<Shape> suite(const std::vector<std::int64_t>& ts, const std::vector<std::int64_t>& ds,
-                         const std::vector<std::int64_t>& decode_tks, DType dtype = DType::f32);
+                         const std::vector<std::int64_t>& decode_tks, DType dtype = DType::f32,
+                         std::int64_t decode_group = 1);
 
 }  // namespace qkv::bench

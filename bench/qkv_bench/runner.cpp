@@ -38,6 +38,7 @@ void check_shape(const Shape& shape) {
   positive("Tq", shape.Tq);
   positive("Tk", shape.Tk);
   positive("D", shape.D);
+  positive("group", shape.group);
   if (!is_floating(shape.dtype)) {
     throw Error("dtype", "f32, f64, bf16 or f16", std::string(dtype_name(shape.dtype)));
   }
@@ -57,11 +58,13 @@ std::string Shape::describe() const {
   return std::string(pass_name(pass)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
          " Tq=" + std::to_string(Tq) + " Tk=" + std::to_string(Tk) + " D=" + std::to_string(D) +
          (causal ? " causal " : " ") + std::string(dtype_name(dtype)) +
-         (variant.empty() ? "" : " " + variant) + (heads_first ? " heads_first" : "");
+         (variant.empty() ? "" : " " + variant) + (heads_first ? " heads_first" : "") +
+         (group > 1 ? " group=" + std::to_string(group) : "");
 }
 
 double flop_count(const Shape& shape) noexcept {
-  const double forward = 4.0 * static_cast<double>(shape.B) * static_cast<double>(shape.H) *
+  const double forward = 4.0 * static_cast<double>(shape.B) *
+                         static_cast<double>(shape.H * shape.group) *
                          static_cast<double>(shape.Tq) * static_cast<double>(shape.Tk) *
                          static_cast<double>(shape.D) / (shape.causal ? 2.0 : 1.0);
   return shape.pass == Pass::fwd ? forward : 2.5 * forward;
@@ -170,21 +173,23 @@ Workload::Workload(const Shape& shape) : shape_(shape) {
   // them, but a reproducible input keeps a surprising result reproducible too).
   Generator gen(2026);
   const DType dt = shape.dtype;
-  // [B, T, H, D], stored as such or as [B, H, T, D]; random or left empty.
-  const auto rows = [&](std::int64_t T, bool random) {
-    const qkv::Shape stored = shape.heads_first ? qkv::Shape{shape.B, shape.H, T, shape.D}
-                                                : qkv::Shape{shape.B, T, shape.H, shape.D};
+  // [B, T, heads, D], stored as such or as [B, heads, T, D]; random or left empty. Queries have
+  // group H heads, keys and values H.
+  const std::int64_t Hq = shape.H * shape.group;
+  const auto rows = [&](std::int64_t T, bool random, std::int64_t heads) {
+    const qkv::Shape stored = shape.heads_first ? qkv::Shape{shape.B, heads, T, shape.D}
+                                                : qkv::Shape{shape.B, T, heads, shape.D};
     const Tensor t = random ? Tensor::randn(stored, gen, dt) : Tensor::empty(stored, dt);
     return shape.heads_first ? t.permute({0, 2, 1, 3}) : t;
   };
-  q_ = rows(shape.Tq, true);
-  k_ = rows(shape.Tk, true);
-  v_ = rows(shape.Tk, true);
-  out_ = rows(shape.Tq, false);
-  lse_ = Tensor::empty({shape.B, shape.H, shape.Tq}, dt == DType::f64 ? DType::f64 : DType::f32);
+  q_ = rows(shape.Tq, true, Hq);
+  k_ = rows(shape.Tk, true, shape.H);
+  v_ = rows(shape.Tk, true, shape.H);
+  out_ = rows(shape.Tq, false, Hq);
+  lse_ = Tensor::empty({shape.B, Hq, shape.Tq}, dt == DType::f64 ? DType::f64 : DType::f32);
   if (shape.pass == Pass::bwd) {
     if (linear_) {
-      dout_ = rows(shape.Tq, true);
+      dout_ = rows(shape.Tq, true, Hq);
       return;
     }
     if (blocks_.defined()) {
@@ -194,10 +199,10 @@ Workload::Workload(const Shape& shape) : shape_(shape) {
     } else {
       attention_forward(q_, k_, v_, options_, out_, lse_);
     }
-    dout_ = rows(shape.Tq, true);
-    grads_.dq = rows(shape.Tq, false);
-    grads_.dk = rows(shape.Tk, false);
-    grads_.dv = rows(shape.Tk, false);
+    dout_ = rows(shape.Tq, true, Hq);
+    grads_.dq = rows(shape.Tq, false, Hq);
+    grads_.dk = rows(shape.Tk, false, shape.H);
+    grads_.dv = rows(shape.Tk, false, shape.H);
   }
 }
 
@@ -302,7 +307,8 @@ RowResult run_row(const Shape& shape, int threads, int requested_reps, const Pea
 }
 
 std::vector<Shape> suite(const std::vector<std::int64_t>& ts, const std::vector<std::int64_t>& ds,
-                         const std::vector<std::int64_t>& decode_tks, DType dtype) {
+                         const std::vector<std::int64_t>& decode_tks, DType dtype,
+                         std::int64_t decode_group) {
   std::vector<Shape> shapes;
   for (const Pass pass : {Pass::fwd, Pass::bwd}) {
     for (const std::int64_t d : ds) {
@@ -314,7 +320,9 @@ std::vector<Shape> suite(const std::vector<std::int64_t>& ts, const std::vector<
     }
   }
   for (const std::int64_t tk : decode_tks) {
-    shapes.push_back({Pass::fwd, 1, 8, 1, tk, 128, false, dtype, {}});
+    Shape decode{Pass::fwd, 1, 8, 1, tk, 128, false, dtype, {}};
+    decode.group = decode_group;
+    shapes.push_back(decode);
   }
   return shapes;
 }

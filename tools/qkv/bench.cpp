@@ -48,6 +48,7 @@ struct BenchOptions {
   std::vector<std::int64_t> linear_ts;
   std::vector<std::int64_t> ds;
   std::vector<std::int64_t> decode_tks;
+  std::int64_t decode_group = 1;
   std::vector<std::string> passes;
   std::string dtype = "f32";
   bool variants = false;
@@ -108,6 +109,7 @@ nlohmann::ordered_json row_json(const bench::RowResult& r, bool have_peak) {
       {"pass", bench::pass_name(s.pass)},
       {"B", s.B},
       {"H", s.H},
+      {"Hq", s.H * s.group},
       {"Tq", s.Tq},
       {"Tk", s.Tk},
       {"D", s.D},
@@ -143,7 +145,7 @@ nlohmann::ordered_json row_json(const bench::RowResult& r, bool have_peak) {
 }
 
 void print_header(bool have_peak) {
-  std::printf("%-6s %-4s %2s %3s %6s %6s %4s %-6s %-5s %-6s %7s %4s %10s %8s %7s", "kernel", "pass",
+  std::printf("%-6s %-4s %2s %5s %6s %6s %4s %-6s %-5s %-6s %7s %4s %10s %8s %7s", "kernel", "pass",
               "B", "H", "Tq", "Tk", "D", "causal", "dtype", "layout", "threads", "reps", "ms",
               "GFLOP/s", "GB/s");
   if (have_peak) std::printf(" %6s %8s %6s %6s", "%fma", "%stream", "%now", "%read");
@@ -152,10 +154,13 @@ void print_header(bool have_peak) {
 
 void print_row(const bench::RowResult& r, bool have_peak) {
   const bench::Shape& s = r.shape;
-  std::printf("%-6s %-4s %2lld %3lld %6lld %6lld %4lld %-6s %-5s %-6s %7d %4d %10.3f %8.1f", "cpu",
+  // H, or Hq/Hk for GQA rows.
+  const std::string heads =
+      s.group > 1 ? std::to_string(s.H * s.group) + "/" + std::to_string(s.H) : std::to_string(s.H);
+  std::printf("%-6s %-4s %2lld %5s %6lld %6lld %4lld %-6s %-5s %-6s %7d %4d %10.3f %8.1f", "cpu",
               std::string(bench::pass_name(s.pass)).c_str(), static_cast<long long>(s.B),
-              static_cast<long long>(s.H), static_cast<long long>(s.Tq),
-              static_cast<long long>(s.Tk), static_cast<long long>(s.D), s.causal ? "yes" : "no",
+              heads.c_str(), static_cast<long long>(s.Tq), static_cast<long long>(s.Tk),
+              static_cast<long long>(s.D), s.causal ? "yes" : "no",
               std::string(dtype_name(s.dtype)).c_str(), s.heads_first ? "bhtd" : "bthd", r.threads,
               r.reps, r.ms, r.gflops);
   if (s.is_decode()) {
@@ -558,7 +563,7 @@ void run_bench(const BenchOptions& opt) {
   if (opt.no_decode) decode_tks.clear();
   if (opt.decode_only) ts.clear();
   std::vector<bench::Shape> shapes;
-  for (const bench::Shape& shape : bench::suite(ts, ds, decode_tks, dtype)) {
+  for (const bench::Shape& shape : bench::suite(ts, ds, decode_tks, dtype, opt.decode_group)) {
     bool wanted = opt.passes.empty();
     for (const std::string& pass : opt.passes) wanted |= bench::parse_pass(pass) == shape.pass;
     if (!wanted) continue;
@@ -664,6 +669,9 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--decode-tk", opt->decode_tks, "Decode rows' key lengths, replacing the default")
       ->transform(integer<std::int64_t>(1))
       ->delimiter(',');
+  cmd->add_option("--decode-group", opt->decode_group,
+                  "Decode rows' query heads per k/v head (GQA): Hq = G * 8 over 8 k/v heads")
+      ->transform(integer<std::int64_t>(1));
   cmd->add_flag("--no-decode", opt->no_decode, "Leave out the decode rows");
   cmd->add_flag("--decode-only", opt->decode_only, "Only the decode rows")->excludes("--no-decode");
   CLI::Option* variants =
