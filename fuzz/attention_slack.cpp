@@ -269,6 +269,18 @@ Slack compute_slack(const AttentionCase& c, const AttentionOutput& forward, DTyp
           if (o.softcap > 0 && std::isfinite(raw[j])) {
             const double t = std::tanh(raw[j] / o.softcap);
             slope_of_cap = std::max(1 - t * t, 1.0 / 64);
+            // A dS_ij that may be infinite (dout_i, v_j or out_i not finite) times a slope that
+            // rounds to 0 in one backend and not in the other: inf * 0 is NaN. (An f32 case:
+            // softcap 1, dout_i0 = inf, dS_ij = -inf: dk NaN fused, inf in the reference.)
+            if (1 - t * t < 4 * limits(compute).epsilon &&
+                !(dout_finite && all_finite(vj, Dv) && out_finite)) {
+              for (std::int64_t x = 0; x < D; ++x) {
+                m.dq_edge[row * D + x] = 1;
+                m.dk_edge[kv * D + x] = 1;
+              }
+              if (!m.dbias.empty()) m.dbias_edge[bias_at(b, h, i, j)] = 1;
+              if (table) m.captured_edge[cell(h, i, j)] = 1;
+            }
           }
           // (the backward's bf16 products round dS_ij to bf16 before dS K and dS^T Q)
           const double g = std::abs(scale) * (ds + u * p * (z * dp + delta)) * slope_of_cap;
