@@ -1,16 +1,22 @@
 # cmake -DQKV=path/to/qkv -DJSON=out.json -P check_json.cmake: `qkv bench --quick` runs, prints
 # its table, and writes JSON with the promised keys, one record per row, every ms > 0.
-file(REMOVE ${JSON})
-execute_process(COMMAND ${QKV} bench --quick --reps 1 --json ${JSON}
-                RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT code EQUAL 0)
-  message(FATAL_ERROR "qkv bench exited ${code}:\n${out}\n${err}")
-endif()
-message("${out}")
+# Runs `qkv bench ARGS... --json ${JSON}`, prints its table; `out` and `doc` then hold the table
+# and the JSON. Fails on a non-zero exit.
+macro(run_bench)
+  file(REMOVE ${JSON})
+  execute_process(COMMAND ${QKV} bench ${ARGN} --json ${JSON}
+                  RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT code EQUAL 0)
+    message(FATAL_ERROR "qkv bench ${ARGN} exited ${code}:\n${out}\n${err}")
+  endif()
+  message("${out}")
+  file(READ ${JSON} doc)
+endmacro()
+
+run_bench(--quick --reps 1)
 if(NOT out MATCHES "kernel +pass")
   message(FATAL_ERROR "qkv bench printed no table header")
 endif()
-file(READ ${JSON} doc)
 
 foreach(key peak_gflops stream_gbps read_gbps rows)
   string(JSON type ERROR_VARIABLE missing TYPE "${doc}" ${key})
@@ -59,17 +65,10 @@ endif()
 
 # --decode-group 4: one GQA decode row, 32 query heads over 8 k/v heads, its table's H column
 # "32/8", the JSON's Hq 32 beside H 8, and GB/s counted over K and V alone.
-execute_process(COMMAND ${QKV} bench --decode-only --decode-tk 4096 --decode-group 4 --reps 1
-                        --json ${JSON}
-                RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT code EQUAL 0)
-  message(FATAL_ERROR "qkv bench --decode-group exited ${code}:\n${out}\n${err}")
-endif()
-message("${out}")
+run_bench(--decode-only --decode-tk 4096 --decode-group 4 --reps 1)
 if(NOT out MATCHES " 32/8 ")
   message(FATAL_ERROR "qkv bench --decode-group 4 printed no 32/8 heads column")
 endif()
-file(READ ${JSON} doc)
 string(JSON rows LENGTH "${doc}" rows)
 string(JSON hq GET "${doc}" rows 0 Hq)
 string(JSON h GET "${doc}" rows 0 H)

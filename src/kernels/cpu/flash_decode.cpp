@@ -606,7 +606,7 @@ void decode_impl(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& 
     // Tq, kBk] (rows h * Tq + i).
     std::vector<TileKind> kinds(static_cast<std::size_t>(longest_run * d.Hq));
     enum class Step : std::uint8_t { none, online, tiles };
-    std::vector<Step> step(static_cast<std::size_t>(kRunTiles));
+    std::vector<Step> step(static_cast<std::size_t>(longest_run));
     const std::int64_t tile_scores = d.Hq * d.Tq * kBk;
     const auto more_scores = hwy::AllocateAligned<T>(
         static_cast<std::size_t>(std::max<std::int64_t>((longest_run - 1) * tile_scores, 1)));
