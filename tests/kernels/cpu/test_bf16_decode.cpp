@@ -4,8 +4,9 @@
 // this CPU runs and on the emulated dots everywhere:
 // - the dots themselves: a score's bits whatever the rows and keys around it in a call (the
 //   forward and the backward call them in other groupings), within f32 rounding of the exact sum,
-//   subnormal inputs read as zero; and the values' products with P rounded to bf16, within f32
-//   rounding of theirs, a non-finite value in its own column only;
+//   the lanes summed in the tree's order bit for bit, subnormal inputs read as zero; and the
+//   values' products with P rounded to bf16, within f32 rounding of theirs, a non-finite value in
+//   its own column only;
 // - attention: within FlashAttention's rule of the f64 reference (out 2x, dq, dk, dv 3x the error
 //   of the reference computed from the same bf16 inputs), peaked rows included, whose dv leaves
 //   that bound unless the backward recomputes the forward's scores bit for bit;
@@ -13,6 +14,7 @@
 //   below 3 rows a k/v head, nor by the key-by-key step of large [B, T, H, D] caches.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -145,6 +147,60 @@ TEST(Bf16Dots, WithinF32RoundingOfTheExactSum) {
                     bound)
               << "row " << r << " key " << c;
         }
+      }
+    }
+  }
+}
+
+// Each key's 16 lanes set exactly (lane l: q's element 2l is 1 and 2l + 1 is 0, k's element 2l the
+// lane's value), spread over 40 binades so that most orders of adding them round apart: the score
+// is the lanes summed in bf16_dots.hpp's tree, bit for bit, on every path, in calls of 16 keys
+// (the AVX-512 path's vector tree) and of 3 (its lane by lane sums). Summed left to right instead,
+// the same lanes round apart from the tree in 6 of the 16 keys.
+TEST(Bf16Dots, LanesSummedInTheTreesOrder) {
+  constexpr std::int64_t dim = 32;
+  std::mt19937 g(7);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> binade(-20, 20);
+  std::vector<std::uint16_t> q(dim, 0), k(static_cast<size_t>(kBf16DotKeys * dim), 0);
+  std::vector<float> tree(kBf16DotKeys), in_order(kBf16DotKeys);
+  for (std::int64_t l = 0; l < 16; ++l) q[static_cast<size_t>(2 * l)] = bf16_of(1.0f);
+  for (std::int64_t c = 0; c < kBf16DotKeys; ++c) {
+    float lanes[16];
+    for (std::int64_t l = 0; l < 16; ++l) {
+      const std::uint16_t x = bf16_of(std::ldexp(mantissa(g), binade(g)));
+      k[static_cast<size_t>(c * dim + 2 * l)] = x;
+      lanes[l] = value_of(x);
+    }
+    in_order[static_cast<size_t>(c)] = 0;
+    for (const float lane : lanes) in_order[static_cast<size_t>(c)] += lane;
+    for (int width = 8; width >= 1; width /= 2) {
+      for (int i = 0; i < width; ++i) lanes[i] = lanes[i] + lanes[i + width];
+    }
+    tree[static_cast<size_t>(c)] = lanes[0];
+  }
+  std::int64_t orders_apart = 0;
+  for (std::int64_t c = 0; c < kBf16DotKeys; ++c) {
+    orders_apart += std::bit_cast<std::uint32_t>(tree[static_cast<size_t>(c)]) !=
+                    std::bit_cast<std::uint32_t>(in_order[static_cast<size_t>(c)]);
+  }
+  EXPECT_GE(orders_apart, 4);
+  const std::uint16_t* rows[1] = {q.data()};
+  for (const MatrixPath path : dot_paths()) {
+    for (const std::int64_t n : {kBf16DotKeys, std::int64_t{3}}) {
+      SCOPED_TRACE(std::string(kernels::cpu::path_name(path)) + " keys a call " +
+                   std::to_string(n));
+      std::vector<float> got(kBf16DotKeys);
+      for (std::int64_t c0 = 0; c0 < kBf16DotKeys; c0 += n) {
+        float* s[1] = {got.data() + c0};
+        bf16_score_dots(path, rows, 1, k.data() + c0 * dim, dim, std::min(n, kBf16DotKeys - c0),
+                        dim, 1.0f, s);
+      }
+      for (std::int64_t c = 0; c < kBf16DotKeys; ++c) {
+        EXPECT_EQ(std::bit_cast<std::uint32_t>(got[static_cast<size_t>(c)]),
+                  std::bit_cast<std::uint32_t>(tree[static_cast<size_t>(c)]))
+            << "key " << c << ": " << got[static_cast<size_t>(c)] << " against "
+            << tree[static_cast<size_t>(c)];
       }
     }
   }
