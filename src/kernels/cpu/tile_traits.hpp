@@ -77,9 +77,17 @@ struct TileTraits {
   // 3.1-3.2 / 12.9-13.7, Hq 8 Tq 4 0.51 / 2.2-2.8 / 9.1-9.2 -> 0.53 / 3.1 / 12.7-13.1; and 2 rows
   // (Hq 16 Tq 1) 0.37-0.40 / 1.7 / 7.0-7.4 -> 0.52-0.69 / 2.9-3.0 / 12.0-12.3. Below 8 rows,
   // converting and transposing each tile of K costs more than the dot products it saves.
+  // Since then the dot products' P V went whole tiles (values_rows), and at 8 rows they win where
+  // K and V lie heads first: the same driver on an f16 cache (Zen 4 VM, family 25 model 17,
+  // 2026-11-29, the two switched call by call in one build, two rounds, time of the dot products
+  // over the products'): heads first Hq 64 over Hk 8 at Tk 4096 0.72-0.76, 16384 0.69-0.71 (f32
+  // cache 0.69), 65536 0.72-0.74; Hq 32 Tq 2 at 65536 0.75; Hq 8 Tq 8 at 16384 0.79; [B, T, H,
+  // D] 0.99-1.08 (f16) and 0.87-0.88 (f32 cache, Hq 64 at 16384). The backward's decode shapes
+  // (f32, the same switch) 1.00-1.03. So 8 rows take the dot products, as many as a group of them
+  // holds (kDotRows, score_dot-inl.h); from 9 on, the products.
   // The backward recomputes those scores the same way (flash_bwd.cpp's tile_scores), so that
   // P = exp(s - lse) sees the forward's rounding of s.
-  static constexpr std::int64_t kDecodeGroupedRows = 8;
+  static constexpr std::int64_t kDecodeGroupedRows = 9;
   static_assert(kDecodeMaxQueries <= kForwardBlockQ, "decode rows fit one q-block");
   static_assert(kDecodeSplit % kBlockK == 0, "decode chunks hold whole k-blocks");
   static_assert(kBlockK % 16 == 0, "a score-tile row must be whole vectors");

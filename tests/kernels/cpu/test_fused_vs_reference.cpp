@@ -215,8 +215,9 @@ std::vector<FusedCase> large_kv_cases() {
 }
 
 // Decode shapes take the split-keys path (Tq <= 16, Tk > 1024): partial softmax states of key
-// chunks merged exactly. Hq 8 over Hk 2 puts G Tq query rows on a k/v head: Tq 1 (4 rows) takes
-// dot products, the others (8 rows and more: TileTraits::kDecodeGroupedRows) small products.
+// chunks merged exactly. Hq 8 over Hk 2 puts G Tq query rows on a k/v head: Tq 1 and 2 (4 and 8
+// rows) take dot products, the others (9 rows and more: TileTraits::kDecodeGroupedRows) small
+// products.
 std::vector<FusedCase> decode_cases() {
   std::vector<FusedCase> cases;
   auto add = [&](std::int64_t tq, std::int64_t tk, auto edit) {
@@ -254,6 +255,7 @@ std::vector<FusedCase> decode_cases() {
   // Peaked rows whose scores (~1e4) f32 rounds to 1e-3: the backward must recompute the scores
   // the forward's lse came from bit for bit, or P = exp(s - lse) leaves [0, 1].
   add(3, 1100, [](FusedCase& c) { c.q_scale = 1000; });
+  add(2, 1100, [](FusedCase& c) { c.q_scale = 1000; });  // 8 rows: the most dot products take
   add(5, 300, [](FusedCase& c) {
     c.q_scale = 1000;
     c.causal = Causal::bottom_right;

@@ -212,7 +212,8 @@ std::vector<StridedCase> cases() {
   decode.softcap = 20;
   shapes.push_back(decode);
   // Decode over several key splits with k/v heads: heads first, each item reads one k/v head
-  // (flash_decode.cpp); with 8 query rows a k/v head, the grouped products.
+  // (flash_decode.cpp); with 8 query rows a k/v head, the most the dot products take; with 9,
+  // the fewest the grouped products take.
   FusedCase splits;
   splits.B = 1;
   splits.Tq = 1;
@@ -224,6 +225,8 @@ std::vector<StridedCase> cases() {
   splits.padding = true;
   shapes.push_back(splits);
   splits.Hq = 16;
+  shapes.push_back(splits);
+  splits.Hq = 18;
   shapes.push_back(splits);
   std::vector<StridedCase> all;
   for (const FusedCase& shape : shapes) {
