@@ -91,6 +91,8 @@ void bf16_score_dots(MatrixPath path, const std::uint16_t* const* q, std::int64_
                      float scale, float* const* s) {
   if (path == MatrixPath::amx_emulated) {
     bf16_score_dots_emulated(q, rows, k, ldk, n, dim, scale, s);
+  } else if (rows >= kBf16LaneRows && dim <= 32 * kBf16LaneSteps) {
+    bf16_score_lanes_avx512(q, rows, k, ldk, n, dim, scale, s);
   } else {
     bf16_score_dots_avx512(q, rows, k, ldk, n, dim, scale, s);
   }

@@ -26,9 +26,23 @@
 
 namespace qkv::kernels::cpu {
 
-// The most query rows and keys one bf16_score_dots call takes.
-inline constexpr std::int64_t kBf16DotRows = 8;
-inline constexpr std::int64_t kBf16DotKeys = 16;
+// The most query rows and keys one bf16_score_dots call takes: a k/v head's rows of a decode
+// shape at one q-block's worth (kDecodeMaxQueries) and a tile of keys (TileTraits::kBlockK).
+inline constexpr std::int64_t kBf16DotRows = 16;
+inline constexpr std::int64_t kBf16DotKeys = 64;
+
+// From this many rows a call and up to kBf16LaneSteps steps of 32 elements a row (dim 128), the
+// AVX-512 path holds the rows in lanes (bf16_score_lanes_avx512.cpp), with the same bits: 64 of
+// its instructions a key whatever the rows, against ~6.4 cycles a row and key for the tree (a
+// scratch program, D 128, K in L2: 16 rows 5.4-6.0 cycles a row and key against 6.2-6.6). In
+// decode (qkv::attention_forward, bf16, heads first, D 128, 2 threads, AMD EPYC (family 25, model
+// 17) Zen 4 VM, 2026-11-30, the two switched call by call, two rounds), time over the tree's: 16
+// rows a k/v head (Tq 16 over Hq 8) 0.92-0.94 at Tk 4096 and 0.86-0.95 at 65536, [B, T, H, D]
+// 0.95-0.96 at 16384; 64 rows (Hq 32 over Hk 2, Tq 4) 0.91-0.92; 12 rows (Tq 12) 0.99-1.04, so
+// the rule starts between. Rows of 8 lanes (VDPBF16PS on 256 bits, 1.5 a cycle here) took
+// 1.06-1.08x the tree's time at 8 rows (Hq 64 over Hk 8).
+inline constexpr std::int64_t kBf16LaneRows = 14;
+inline constexpr std::int64_t kBf16LaneSteps = 4;
 
 // From this many query rows a k/v head, bf16 decode takes the bf16 dots. A driver alternating them
 // with the f32 path call by call (qkv::attention_forward on bf16 q, k and v, Hk 8, D 128, 2
@@ -71,6 +85,9 @@ void bf16_values(MatrixPath path, const float* const* p, std::int64_t rows, cons
 void bf16_score_dots_avx512(const std::uint16_t* const* q, std::int64_t rows,
                             const std::uint16_t* k, std::int64_t ldk, std::int64_t n,
                             std::int64_t dim, float scale, float* const* s);
+void bf16_score_lanes_avx512(const std::uint16_t* const* q, std::int64_t rows,
+                             const std::uint16_t* k, std::int64_t ldk, std::int64_t n,
+                             std::int64_t dim, float scale, float* const* s);
 void bf16_score_dots_emulated(const std::uint16_t* const* q, std::int64_t rows,
                               const std::uint16_t* k, std::int64_t ldk, std::int64_t n,
                               std::int64_t dim, float scale, float* const* s);

@@ -145,8 +145,17 @@ void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
   };
   if (dots.on) {
     if constexpr (std::is_same_v<E, Bf16>) {
-      for (std::int64_t c0 = 0; c0 < cols; c0 += kBf16DotKeys) {
-        const std::int64_t n = std::min(kBf16DotKeys, cols - c0);
+      // A whole tile a call where an item reads one k/v head or its rows go in lanes (whose calls
+      // lay the rows out once), else 16 keys a call, each run's V asked for just before its
+      // scores: the asks of a whole tile for every head of [B, T, H, D] cost more than the calls.
+      // A driver switching the two call by call (bf16, D 128, 2 threads, AMD EPYC (family 25,
+      // model 17) Zen 4 VM, 2026-11-30, two rounds), whole tiles over runs of 16: heads first Hq
+      // 32 over Hk 8 at Tk 4096 0.94-0.95 and 65536 0.95-0.97, Hq 64 0.94-1.01, Tq 16 over Hq 8
+      // 0.84; [B, T, H, D] Hq 32 1.05, Hq 64 1.04, but Tq 16 0.97.
+      const bool whole_tiles = hk_hi - hk_lo == 1 || d.group() * live >= kBf16LaneRows;
+      const std::int64_t run = whole_tiles ? kBf16DotKeys : 16;
+      for (std::int64_t c0 = 0; c0 < cols; c0 += run) {
+        const std::int64_t n = std::min(run, cols - c0);
         for (std::int64_t c = c0; c < c0 + n; ++c) ask(c);
         for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
           head_dots(d, dots, b, hk, live, k_rows.at(b, j0 + c0, hk), k_rows.row, n, S + c0);

@@ -100,20 +100,29 @@ TEST(Bf16Dots, EachScoresBitsWhateverTheCallAroundIt) {
       SCOPED_TRACE(std::string(kernels::cpu::path_name(path)) + " dim " + std::to_string(dim));
       const DotInputs in(dim, true, static_cast<std::uint32_t>(dim));
       const size_t all = static_cast<size_t>(kBf16DotRows * kBf16DotKeys);
-      std::vector<float> whole(all), alone(all), pieces(all);
+      std::vector<float> whole(all), alone(all), pieces(all), others(all);
       dots(path, in, 0, kBf16DotRows, 0, kBf16DotKeys, 0.125f, whole);
       for (std::int64_t r = 0; r < kBf16DotRows; ++r) {
         for (std::int64_t c = 0; c < kBf16DotKeys; ++c) dots(path, in, r, 1, c, 1, 0.125f, alone);
       }
-      // Rows 3 + 5 and keys 5 + 7 + 4: every tail of both loops, and runs below and above the
-      // AVX-512 path's tree.
-      for (const auto& [r0, rows] : {std::pair{0, 3}, std::pair{3, 5}}) {
-        for (const auto& [c0, n] : {std::pair{0, 5}, std::pair{5, 7}, std::pair{12, 4}}) {
+      // Rows 3 + 13 and keys 5 + 7 + 4 + 29 + 19: every tail of the loops, runs below and above
+      // the AVX-512 path's tree, and rows below and above its lanes (kBf16LaneRows); then rows 5 +
+      // 11 (its 8 and 16 lanes) and keys 33 + 31.
+      for (const auto& [r0, rows] : {std::pair{0, 3}, std::pair{3, 13}}) {
+        for (const auto& [c0, n] : {std::pair{0, 5}, std::pair{5, 7}, std::pair{12, 4},
+                                    std::pair{16, 29}, std::pair{45, 19}}) {
           dots(path, in, r0, rows, c0, n, 0.125f, pieces);
         }
       }
+      for (const auto& [r0, rows] : {std::pair{0, 5}, std::pair{5, 11}}) {
+        for (const auto& [c0, n] : {std::pair{0, 33}, std::pair{33, 31}}) {
+          dots(path, in, r0, rows, c0, n, 0.125f, others);
+        }
+      }
+      static_assert(kBf16DotRows == 16 && kBf16DotKeys == 64, "the pieces cover every score");
       EXPECT_EQ(std::memcmp(whole.data(), alone.data(), all * sizeof(float)), 0);
       EXPECT_EQ(std::memcmp(whole.data(), pieces.data(), all * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(whole.data(), others.data(), all * sizeof(float)), 0);
       // The specials' rows: NaN from the NaN key and from inf against -inf or +-0 products.
       EXPECT_TRUE(std::isnan(whole[static_cast<size_t>(0 * kBf16DotKeys + 3)]));
       EXPECT_TRUE(std::isinf(whole[static_cast<size_t>(1 * kBf16DotKeys + 0)]) ||
@@ -154,9 +163,10 @@ TEST(Bf16Dots, WithinF32RoundingOfTheExactSum) {
 
 // Each key's 16 lanes set exactly (lane l: q's element 2l is 1 and 2l + 1 is 0, k's element 2l the
 // lane's value), spread over 40 binades so that most orders of adding them round apart: the score
-// is the lanes summed in bf16_dots.hpp's tree, bit for bit, on every path, in calls of 16 keys
-// (the AVX-512 path's vector tree) and of 3 (its lane by lane sums). Summed left to right instead,
-// the same lanes round apart from the tree in 6 of the 16 keys.
+// is the lanes summed in bf16_dots.hpp's tree, bit for bit, on every path, for 1 row (the AVX-512
+// path's vector tree, lane by lane sums in calls of 3 keys) and for 8 and 16 rows (its rows in
+// lanes), in calls of 64, 16 and 3 keys. Summed left to right instead, the same lanes round apart
+// from the tree in 23 of the 64 keys.
 TEST(Bf16Dots, LanesSummedInTheTreesOrder) {
   constexpr std::int64_t dim = 32;
   std::mt19937 g(7);
@@ -184,23 +194,30 @@ TEST(Bf16Dots, LanesSummedInTheTreesOrder) {
     orders_apart += std::bit_cast<std::uint32_t>(tree[static_cast<size_t>(c)]) !=
                     std::bit_cast<std::uint32_t>(in_order[static_cast<size_t>(c)]);
   }
-  EXPECT_GE(orders_apart, 4);
-  const std::uint16_t* rows[1] = {q.data()};
+  EXPECT_GE(orders_apart, 16);
+  const std::uint16_t* rows[kBf16DotRows];
+  std::fill(rows, rows + kBf16DotRows, q.data());
   for (const MatrixPath path : dot_paths()) {
-    for (const std::int64_t n : {kBf16DotKeys, std::int64_t{3}}) {
-      SCOPED_TRACE(std::string(kernels::cpu::path_name(path)) + " keys a call " +
-                   std::to_string(n));
-      std::vector<float> got(kBf16DotKeys);
-      for (std::int64_t c0 = 0; c0 < kBf16DotKeys; c0 += n) {
-        float* s[1] = {got.data() + c0};
-        bf16_score_dots(path, rows, 1, k.data() + c0 * dim, dim, std::min(n, kBf16DotKeys - c0),
-                        dim, 1.0f, s);
-      }
-      for (std::int64_t c = 0; c < kBf16DotKeys; ++c) {
-        EXPECT_EQ(std::bit_cast<std::uint32_t>(got[static_cast<size_t>(c)]),
-                  std::bit_cast<std::uint32_t>(tree[static_cast<size_t>(c)]))
-            << "key " << c << ": " << got[static_cast<size_t>(c)] << " against "
-            << tree[static_cast<size_t>(c)];
+    for (const std::int64_t m : {std::int64_t{1}, std::int64_t{8}, kBf16DotRows}) {
+      for (const std::int64_t n : {kBf16DotKeys, std::int64_t{16}, std::int64_t{3}}) {
+        SCOPED_TRACE(std::string(kernels::cpu::path_name(path)) + " rows " + std::to_string(m) +
+                     " keys a call " + std::to_string(n));
+        std::vector<float> got(static_cast<size_t>(m * kBf16DotKeys));
+        for (std::int64_t c0 = 0; c0 < kBf16DotKeys; c0 += n) {
+          float* s[kBf16DotRows];
+          for (std::int64_t r = 0; r < m; ++r) s[r] = got.data() + r * kBf16DotKeys + c0;
+          bf16_score_dots(path, rows, m, k.data() + c0 * dim, dim, std::min(n, kBf16DotKeys - c0),
+                          dim, 1.0f, s);
+        }
+        for (std::int64_t r = 0; r < m; ++r) {
+          for (std::int64_t c = 0; c < kBf16DotKeys; ++c) {
+            const float score = got[static_cast<size_t>(r * kBf16DotKeys + c)];
+            EXPECT_EQ(std::bit_cast<std::uint32_t>(score),
+                      std::bit_cast<std::uint32_t>(tree[static_cast<size_t>(c)]))
+                << "row " << r << " key " << c << ": " << score << " against "
+                << tree[static_cast<size_t>(c)];
+          }
+        }
       }
     }
   }
