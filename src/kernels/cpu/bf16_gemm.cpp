@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "kernels/cpu/amx_emulated.hpp"
+#include "kernels/cpu/bf16_pack.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/exp_round_bf16.hpp"
 
@@ -31,6 +32,11 @@ bool path_available(MatrixPath path) {
       return true;
   }
   return false;
+}
+
+bool avx512_packing() {
+  static const bool on = cpu_features().avx512f && cpu_features().avx512bw;
+  return on;
 }
 
 bool best_bf16_path(MatrixPath& path) {

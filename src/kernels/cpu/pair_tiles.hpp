@@ -73,16 +73,9 @@ class PairTiles {
     const std::int64_t n = std::min(kKeys, tk_ - j0);
     pack_pairs_transposed(k_.at(b, j0, hk), k_.row, dim_, n, depth_, kKeys,
                           kp_.get() + offset(bh, kb) * depth_);
-    const std::uint16_t* v = v_.at(b, j0, hk);
-    pack_pairs_rows(v, v_.row, n, dim_v_, kKeys, cols_v_, vp_.get() + offset(bh, kb) * cols_v_);
-    // Whether every value is finite (exponent bits not all ones), without an early exit so that
-    // the loop vectorizes: element by element it took as long as the packing.
-    unsigned non_finite = 0;
-    for (std::int64_t j = 0; j < n; ++j) {
-      const std::uint16_t* row = v + j * v_.row;
-      for (std::int64_t x = 0; x < dim_v_; ++x) non_finite |= (row[x] & 0x7f80u) == 0x7f80u;
-    }
-    v_finite_[static_cast<size_t>(bh * tiles_ + kb)] = non_finite == 0 ? 1 : 0;
+    const bool finite = pack_pairs_rows(v_.at(b, j0, hk), v_.row, n, dim_v_, kKeys, cols_v_,
+                                        vp_.get() + offset(bh, kb) * cols_v_);
+    v_finite_[static_cast<size_t>(bh * tiles_ + kb)] = finite ? 1 : 0;
   }
   std::int64_t offset(std::int64_t bh, std::int64_t kb) const { return (bh * tiles_ + kb) * kKeys; }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/amx_emulated.hpp"
@@ -166,6 +167,51 @@ TEST(Bf16Gemm, EmulatedTilesRefuseABadConfiguration) {
   config = gemm_tile_config();
   config.palette_id = 0;
   EXPECT_THROW(unit.load_config(config), Error);
+}
+
+// K's and V's tiles packed in AVX-512 registers (pack_pairs_transposed_avx512,
+// pack_pairs_rows_avx512) hold the portable copies' bits, padding included: every element of B
+// written, whatever it held before, for dims and key counts that end inside a step of 32 elements
+// and a block of 16 keys, odd ones among them; and V's answer of finiteness is the copies', with an
+// infinity or a NaN inside the tile and beyond it (past its keys or its columns, which it ignores).
+TEST(Bf16Pack, InRegistersMatchesTheCopies) {
+  if (!avx512_packing()) {
+    std::printf("[ NOTE     ] not run here (this CPU lacks it): avx512 packing\n");
+    return;
+  }
+  std::mt19937 gen(11);
+  std::uniform_int_distribution<int> bits(0, 0x7F7F);  // finite bf16 of either sign
+  for (const std::int64_t dim : {1, 2, 31, 32, 33, 64, 100, 128, 130}) {
+    for (const std::int64_t keys : {1, 15, 16, 17, 63, 64}) {
+      SCOPED_TRACE("dim " + std::to_string(dim) + " keys " + std::to_string(keys));
+      const std::int64_t lds = dim + 3, N = 64, depth = (dim + 31) / 32 * 32;
+      std::vector<std::uint16_t> src(static_cast<size_t>((keys + 1) * lds));
+      for (auto& x : src) x = static_cast<std::uint16_t>(bits(gen));
+      std::vector<std::uint16_t> copies(static_cast<size_t>(depth * N), 0xABCD);
+      std::vector<std::uint16_t> in_registers(copies.size(), 0x1234);
+      pack_pairs_transposed_portable(src.data(), lds, dim, keys, depth, N, copies.data());
+      pack_pairs_transposed_avx512(src.data(), lds, dim, keys, depth, N, in_registers.data());
+      EXPECT_EQ(copies, in_registers);
+      // V: keys rows of dim columns into [N keys / 2][dim rounded to 16][2].
+      const std::int64_t cols = (dim + 15) / 16 * 16;
+      for (const std::uint16_t special :
+           {std::uint16_t{0}, std::uint16_t{0x7F80}, std::uint16_t{0xFFC1}}) {
+        const std::int64_t last = (keys - 1) * lds + dim - 1;  // the tile's last value
+        for (const std::int64_t at : {std::int64_t{0}, last, last + 1, keys * lds + dim - 1}) {
+          std::vector<std::uint16_t> v = src;
+          if (special != 0) v[static_cast<size_t>(at)] = special;
+          std::vector<std::uint16_t> v_copies(static_cast<size_t>(N * cols), 0xABCD);
+          std::vector<std::uint16_t> v_registers(v_copies.size(), 0x1234);
+          const bool finite =
+              pack_pairs_rows_portable(v.data(), lds, keys, dim, N, cols, v_copies.data());
+          EXPECT_EQ(pack_pairs_rows_avx512(v.data(), lds, keys, dim, N, cols, v_registers.data()),
+                    finite);
+          EXPECT_EQ(finite, special == 0 || at > last) << "at " << at;
+          EXPECT_EQ(v_copies, v_registers);
+        }
+      }
+    }
+  }
 }
 
 TEST(Bf16Gemm, TheFeaturesNamedAreTheOnesThePathsUse) {
