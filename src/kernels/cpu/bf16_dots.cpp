@@ -54,7 +54,7 @@ void bf16_score_dots_emulated(const std::uint16_t* const* q, std::int64_t rows,
 }
 
 bool decode_bf16_dots(const Dims& d, MatrixPath& path) {
-  return d.Tq <= TileTraits::kDecodeMaxQueries && d.group() * d.Tq >= kBf16DecodeRows &&
+  return TileTraits::decode_shape(d.Tq, d.Tk) && d.group() * d.Tq >= kBf16DecodeRows &&
          decode_bf16_path(path);
 }
 

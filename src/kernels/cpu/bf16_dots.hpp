@@ -1,6 +1,6 @@
 #pragma once
 
-// The scores of decode shapes (Tq <= TileTraits::kDecodeMaxQueries) where q, k and v are all bf16:
+// The scores of decode shapes (TileTraits::decode_shape) where q, k and v are all bf16:
 // dot products of the bf16 rows as they lie, two products a step in f32 (VDPBF16PS), then times
 // the scale in f32, as the tiled forward's bf16 products compute S = scale * (Q K^T). The decode
 // forward (flash_decode.cpp) and the backward's tiles of decode shapes (flash_bwd.cpp) both take
@@ -26,8 +26,8 @@
 
 namespace qkv::kernels::cpu {
 
-// The most query rows and keys one bf16_score_dots call takes: a k/v head's rows of a decode
-// shape at one q-block's worth (kDecodeMaxQueries) and a tile of keys (TileTraits::kBlockK).
+// The most query rows and keys one bf16_score_dots call takes: the rows of a decode shape's k/v
+// head 16 at a time (as many as the rows in lanes hold) and a tile of keys (TileTraits::kBlockK).
 inline constexpr std::int64_t kBf16DotRows = 16;
 inline constexpr std::int64_t kBf16DotKeys = 64;
 

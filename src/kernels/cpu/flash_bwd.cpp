@@ -258,7 +258,7 @@ void tile_scores(const Dims& d, const Packed<T>& packed, T scale, std::int64_t h
     }
   }
   const T* q = packed.q + row0 * d.D;
-  if (d.Tq <= TileTraits::kDecodeMaxQueries && d.group() * d.Tq < TileTraits::kDecodeGroupedRows) {
+  if (TileTraits::decode_shape(d.Tq, d.Tk) && d.group() * d.Tq < TileTraits::kDecodeGroupedRows) {
     const T* k = packed.k_rows(head, j0, d.D);  // this tile's rows, [cols, D]
     for (std::int64_t r = 0; r < rows; ++r) {
       for (std::int64_t c = 0; c < cols; c += kScoreRun) {
@@ -645,7 +645,7 @@ void backward_impl(const BwdParams<T, ScoreMod, MaskMod>& p) {
   std::optional<Bf16Grads> bf16;
   if constexpr (std::is_same_v<T, float>) {
     MatrixPath path;
-    if (p.bf16_inputs && d.Tq > TileTraits::kDecodeMaxQueries && fused_bf16_path(d.Tk, path)) {
+    if (p.bf16_inputs && !TileTraits::decode_shape(d.Tq, d.Tk) && fused_bf16_path(d.Tk, path)) {
       bf16.emplace(d, path, q_blocks, k_tiles);
       packed.bf16 = &*bf16;
     }

@@ -1,4 +1,4 @@
-// The fused forward for decoding: up to TileTraits::kDecodeMaxQueries queries against a long KV
+// The fused forward for decoding: few queries (TileTraits::decode_shape) against a long KV
 // cache, in the compute type or (f32) in bf16 or f16 as the cache lies. K and V are read once, key
 // by key and in order (no packed tiles), in splits of keys (split_keys) that threads take in
 // parallel; each split leaves a partial online-softmax state per query row (softmax_state-inl.h),

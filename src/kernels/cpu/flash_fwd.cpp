@@ -652,25 +652,25 @@ void soft_cap(double cap, double* s, double* grad, std::int64_t n) {
 
 template <>
 void forward(const FwdParams<float>& params) {
-  if (params.dims.Tq <= TileTraits::kDecodeMaxQueries) return decode(params);
+  if (TileTraits::decode_shape(params.dims.Tq, params.dims.Tk)) return decode(params);
   HWY_DYNAMIC_DISPATCH(ForwardF32)(params);
 }
 
 template <>
 void forward(const FwdParams<double>& params) {
-  if (params.dims.Tq <= TileTraits::kDecodeMaxQueries) return decode(params);
+  if (TileTraits::decode_shape(params.dims.Tq, params.dims.Tk)) return decode(params);
   HWY_DYNAMIC_DISPATCH(ForwardF64)(params);
 }
 
 template <>
 void forward(const FlexFwdParams<float>& params) {
-  if (params.dims.Tq <= TileTraits::kDecodeMaxQueries) return decode(params);
+  if (TileTraits::decode_shape(params.dims.Tq, params.dims.Tk)) return decode(params);
   HWY_DYNAMIC_DISPATCH(FlexForwardF32)(params);
 }
 
 template <>
 void forward(const FlexFwdParams<double>& params) {
-  if (params.dims.Tq <= TileTraits::kDecodeMaxQueries) return decode(params);
+  if (TileTraits::decode_shape(params.dims.Tq, params.dims.Tk)) return decode(params);
   HWY_DYNAMIC_DISPATCH(FlexForwardF64)(params);
 }
 

@@ -1,4 +1,4 @@
-// The dot products of decode shapes' scores (Tq <= TileTraits::kDecodeMaxQueries): score_dot for
+// The dot products of decode shapes' scores (TileTraits::decode_shape): score_dot for
 // one query row and one key, score_dots for one query row and a run of keys with the same bits.
 // Per-target include guard.
 #if defined(QKV_KERNELSCPU_SCORE_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)

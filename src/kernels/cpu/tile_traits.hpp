@@ -61,6 +61,25 @@ struct TileTraits {
   // 0.21 (D = 64, H = 32: 0.185 / 0.182), 64 0.24 / 0.35. The crossover is near 32; 16 keeps a
   // clear margin.
   static constexpr std::int64_t kDecodeMaxQueries = 16;
+  // And up to kDecodeLongQueries queries against kDecodeLongKeys keys or more (a chunk of a
+  // prompt, or a speculative draft, against a long cache), where the tiled path's packing of every
+  // K and V tile costs more than the split-keys path's row-by-row products save. A driver
+  // switching the two call by call (qkv::attention_forward, H 8, D 128, 2 threads, AMD EPYC
+  // (family 25, model 17) Zen 4 VM, 2026-11-30, after the packing went into AVX-512 registers,
+  // two rounds, split keys over tiled): heads first bf16 Tq 17 / 24 / 32 at Tk 4096 0.51-0.53 /
+  // 0.62-0.63 / 0.84-0.90, f16 0.70-0.72 / 0.77-0.80 / 0.87-0.90, f32 0.84-0.85 / 0.89 /
+  // 0.86-1.03; Hq 32 over Hk 8 Tq 17 at 16384: bf16 0.60, f16 0.65-0.66, f32 0.57-0.59; [B, T, H,
+  // D] Tq 24 at 4096 bf16 0.78, f16 0.73, f32 0.95, but at 2048 f32 1.14, and Tq 32 (bottom-right
+  // causal, 4096) bf16 1.04-1.05; Tq 64 up to 1.17 ([B, T, H, D] bf16). Against few keys the
+  // tiles win by far (Tq 32, Tk 128 to 1024, f32: 1.46-2.46x), and square causal shapes, whose
+  // diagonal tiles the split-keys path walks key by key, 1.6-2.5x (B 32, H 4, T 24 to 64, D 32).
+  static constexpr std::int64_t kDecodeLongQueries = 24;
+  static constexpr std::int64_t kDecodeLongKeys = 4096;
+  // Whether a problem of Tq queries and Tk keys takes the split-keys path (flash_decode.cpp)
+  // forward, and so its scores the decode shapes' way backward (flash_bwd.cpp).
+  static constexpr bool decode_shape(std::int64_t Tq, std::int64_t Tk) {
+    return Tq <= kDecodeMaxQueries || (Tq <= kDecodeLongQueries && Tk >= kDecodeLongKeys);
+  }
   // Keys per split, from `qkv bench --peak` decode rows (Tq = 1, D = 128, H = 8, GB/s of K and
   // V, two runs each) with splits of 256 / 1024 / 4096: Tk = 4096: 12.3 12.0 / 12.3 13.7 /
   // 7.5 6.6 (one split: one thread); Tk = 16384: 12.0 12.0 / 12.7 12.1 / 14.2 12.2; Tk = 65536:
@@ -88,7 +107,7 @@ struct TileTraits {
   // The backward recomputes those scores the same way (flash_bwd.cpp's tile_scores), so that
   // P = exp(s - lse) sees the forward's rounding of s.
   static constexpr std::int64_t kDecodeGroupedRows = 9;
-  static_assert(kDecodeMaxQueries <= kForwardBlockQ, "decode rows fit one q-block");
+  static_assert(kDecodeLongQueries <= kForwardBlockQ, "decode rows fit one q-block");
   static_assert(kDecodeSplit % kBlockK == 0, "decode chunks hold whole k-blocks");
   static_assert(kBlockK % 16 == 0, "a score-tile row must be whole vectors");
   static_assert(kForwardBlockQ % 16 == 0, "a q-block's row factors are whole vectors");

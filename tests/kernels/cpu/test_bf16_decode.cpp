@@ -364,6 +364,21 @@ std::vector<FusedCase> shapes() {
   three.D = three.Dv = 96;
   three.padding = true;
   out.push_back(three);
+  FusedCase chunk;  // 20 queries against a long cache (TileTraits::kDecodeLongQueries): 40 rows
+                    // a k/v head, in lanes (16 + 16) and the tree (8), bottom-right causal
+  chunk.Tq = 20;
+  chunk.Tk = 4100;
+  chunk.Hq = 4;
+  chunk.Hk = 2;
+  chunk.D = chunk.Dv = 64;
+  chunk.causal = Causal::bottom_right;
+  out.push_back(chunk);
+  FusedCase peaked_chunk = chunk;  // peaked as above: the backward's scores are the decode's
+  peaked_chunk.causal = Causal::none;
+  peaked_chunk.Hq = 2;
+  peaked_chunk.Hk = 1;
+  peaked_chunk.q_scale = 1e6;
+  out.push_back(peaked_chunk);
   FusedCase wide;  // D 256 (rows loaded, not held), dropout
   wide.Tq = 8;
   wide.Tk = 300;

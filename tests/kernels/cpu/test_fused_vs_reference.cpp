@@ -261,6 +261,9 @@ std::vector<FusedCase> decode_cases() {
     c.causal = Causal::bottom_right;
     c.strided = true;
   });
+  // More queries against a long cache (TileTraits::kDecodeLongQueries), peaked, and causal.
+  add(20, 4200, [](FusedCase& c) { c.q_scale = 1000; });
+  add(24, 4096, [](FusedCase& c) { c.causal = Causal::bottom_right; });
   return cases;
 }
 
