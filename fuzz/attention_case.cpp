@@ -32,11 +32,11 @@ constexpr std::int64_t kMaxWork = std::int64_t{1} << 26;
 // Sizes at the kernels' edges (src/kernels/cpu/tile_traits.hpp): 64-key blocks, 64- and 128-row
 // q-blocks, the decode path up to 16 queries with splits of 1024 keys, backward key chunks of 4
 // or more blocks (512, 1024, 2048 keys), vectors of 2 to 16 lanes and 6-row register tiles.
-constexpr std::int64_t kQueryEdges[] = {1,  2,  3,  5,  6,   7,   15,  16,  17,  31,
-                                        33, 63, 64, 65, 127, 128, 129, 130, 192, 193};
-constexpr std::int64_t kKeyEdges[] = {1,   2,    15,   16,   17,   63,   64,  65,
-                                      127, 128,  129,  255,  256,  257,  511, 512,
-                                      513, 1023, 1024, 1025, 1089, 2048, 2049};
+constexpr std::int64_t kQueryEdges[] = {1,  2,  3,  5,  6,  7,   15,  16,  17,  24,  25,
+                                        31, 33, 63, 64, 65, 127, 128, 129, 130, 192, 193};
+constexpr std::int64_t kKeyEdges[] = {1,    2,    15,   16,   17,   63,   64,  65,  127,
+                                      128,  129,  255,  256,  257,  511,  512, 513, 1023,
+                                      1024, 1025, 1089, 2048, 2049, 4095, 4096};
 constexpr std::int64_t kDimEdges[] = {1,  2,  3,  4,  5,  7,  8,  9,  12,  15,  16,  17, 24,
                                       31, 32, 33, 48, 63, 64, 65, 96, 127, 128, 129, 256};
 
