@@ -75,3 +75,13 @@ string(JSON h GET "${doc}" rows 0 H)
 if(NOT rows EQUAL 1 OR NOT hq EQUAL 32 OR NOT h EQUAL 8)
   message(FATAL_ERROR "${JSON}: expected 1 row of Hq 32 over H 8, got ${rows} rows, Hq ${hq}, H ${h}")
 endif()
+
+# --decode-tq 20: one decode row of 20 queries a head, judged against the memory like one query:
+# its GB/s and its share of the read sweep are there.
+run_bench(--decode-only --decode-tk 4096 --decode-tq 20 --reps 1)
+string(JSON rows LENGTH "${doc}" rows)
+string(JSON tq GET "${doc}" rows 0 Tq)
+string(JSON type ERROR_VARIABLE missing TYPE "${doc}" rows 0 gbps)
+if(NOT rows EQUAL 1 OR NOT tq EQUAL 20 OR missing)
+  message(FATAL_ERROR "${JSON}: expected 1 decode row of Tq 20 with gbps, got ${rows} rows, Tq ${tq}")
+endif()

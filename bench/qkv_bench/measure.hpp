@@ -47,9 +47,13 @@ struct Shape {
   // Query heads per k/v head: q, out and lse have group H heads, k and v H.
   std::int64_t group = 1;
 
-  // Decode: one query against a long KV cache. Its cost is reading K and V, so it is judged
-  // against memory bandwidth, not against the FMA peak.
-  bool is_decode() const noexcept { return Tq == 1; }
+  // A decode row of more than one query (`qkv bench --decode-tq`: a speculative draft or a chunk of
+  // a prompt against the cache).
+  bool decode = false;
+
+  // Decode: one query (or a few, `decode`) against a long KV cache. Its cost is reading K and V,
+  // so it is judged against memory bandwidth, not against the FMA peak.
+  bool is_decode() const noexcept { return decode || Tq == 1; }
   // "fwd B=1 H=8 Tq=512 Tk=512 D=64 causal f32", for logs and benchmark names.
   std::string describe() const;
 };
@@ -190,13 +194,13 @@ double read_sweep_gbps(int threads, int runs = 10,
 Peaks measure_peaks(int threads);
 
 // The default suite: B = 1, H = 8, T in ts, D in ds, causal and not, fwd and bwd, then the decode
-// rows (B = 1, H = 8, D = 128, Tq = 1, Tk in decode_tks, forward, not causal, decode_group query
-// heads per k/v head).
+// rows (B = 1, H = 8, D = 128, Tq = decode_tq, Tk in decode_tks, forward, not causal,
+// decode_group query heads per k/v head).
 inline const std::vector<std::int64_t> kDefaultTs = {512, 1024, 2048, 4096, 8192};
 inline const std::vector<std::int64_t> kDefaultDs = {64, 128};
 inline const std::vector<std::int64_t> kDefaultDecodeTks = {4096, 16384, 65536};
 std::vector<Shape> suite(const std::vector<std::int64_t>& ts, const std::vector<std::int64_t>& ds,
                          const std::vector<std::int64_t>& decode_tks, DType dtype = DType::f32,
-                         std::int64_t decode_group = 1);
+                         std::int64_t decode_group = 1, std::int64_t decode_tq = 1);
 
 }  // namespace qkv::bench

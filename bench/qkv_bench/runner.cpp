@@ -308,7 +308,7 @@ RowResult run_row(const Shape& shape, int threads, int requested_reps, const Pea
 
 std::vector<Shape> suite(const std::vector<std::int64_t>& ts, const std::vector<std::int64_t>& ds,
                          const std::vector<std::int64_t>& decode_tks, DType dtype,
-                         std::int64_t decode_group) {
+                         std::int64_t decode_group, std::int64_t decode_tq) {
   std::vector<Shape> shapes;
   for (const Pass pass : {Pass::fwd, Pass::bwd}) {
     for (const std::int64_t d : ds) {
@@ -320,8 +320,9 @@ std::vector<Shape> suite(const std::vector<std::int64_t>& ts, const std::vector<
     }
   }
   for (const std::int64_t tk : decode_tks) {
-    Shape decode{Pass::fwd, 1, 8, 1, tk, 128, false, dtype, {}};
+    Shape decode{Pass::fwd, 1, 8, decode_tq, tk, 128, false, dtype, {}};
     decode.group = decode_group;
+    decode.decode = decode_tq > 1;
     shapes.push_back(decode);
   }
   return shapes;

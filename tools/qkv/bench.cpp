@@ -49,6 +49,7 @@ struct BenchOptions {
   std::vector<std::int64_t> ds;
   std::vector<std::int64_t> decode_tks;
   std::int64_t decode_group = 1;
+  std::int64_t decode_tq = 1;
   std::vector<std::string> passes;
   std::string dtype = "f32";
   bool variants = false;
@@ -563,7 +564,7 @@ void run_bench(const BenchOptions& opt) {
   if (opt.no_decode) decode_tks.clear();
   if (opt.decode_only) ts.clear();
   std::vector<bench::Shape> shapes;
-  for (const bench::Shape& shape : bench::suite(ts, ds, decode_tks, dtype, opt.decode_group)) {
+  for (const bench::Shape& shape : bench::suite(ts, ds, decode_tks, dtype, opt.decode_group, opt.decode_tq)) {
     bool wanted = opt.passes.empty();
     for (const std::string& pass : opt.passes) wanted |= bench::parse_pass(pass) == shape.pass;
     if (!wanted) continue;
@@ -671,6 +672,10 @@ void add_bench(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--decode-group", opt->decode_group,
                   "Decode rows' query heads per k/v head (GQA): Hq = G * 8 over 8 k/v heads")
+      ->transform(integer<std::int64_t>(1));
+  cmd->add_option("--decode-tq", opt->decode_tq,
+                  "Decode rows' queries a head (a speculative draft or a chunk of a prompt against "
+                  "the cache); judged against memory bandwidth like one query")
       ->transform(integer<std::int64_t>(1));
   cmd->add_flag("--no-decode", opt->no_decode, "Leave out the decode rows");
   cmd->add_flag("--decode-only", opt->decode_only, "Only the decode rows")->excludes("--no-decode");
