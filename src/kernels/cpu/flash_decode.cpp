@@ -128,7 +128,8 @@ void head_dots(const Dims& d, const DecodeDots& dots, std::int64_t b, std::int64
 // runs (where kSharedSums<T>): keys taken kScoreRun at a time and head by head within the run,
 // each row's run of scores from score_dots (the same bits), for calls whose K sits in cache (see
 // decode_impl).
-// With dots.on, the scores are the bf16 dot products', in runs of keys whatever `runs` says.
+// With dots.on, the scores are the bf16 dot products', in runs of keys whatever `runs` says, and
+// nothing is asked of the cache.
 template <class T, class ScoreMod, class MaskMod, class E>
 void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>& k_rows,
                    const Rows<const E>& v_rows, const T* q_scaled, const DecodeDots& dots,
@@ -146,17 +147,19 @@ void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
   if (dots.on) {
     if constexpr (std::is_same_v<E, Bf16>) {
       // A whole tile a call where an item reads one k/v head or its rows go in lanes (whose calls
-      // lay the rows out once), else 16 keys a call, each run's V asked for just before its
-      // scores: the asks of a whole tile for every head of [B, T, H, D] cost more than the calls.
-      // A driver switching the two call by call (bf16, D 128, 2 threads, AMD EPYC (family 25,
-      // model 17) Zen 4 VM, 2026-11-30, two rounds), whole tiles over runs of 16: heads first Hq
-      // 32 over Hk 8 at Tk 4096 0.94-0.95 and 65536 0.95-0.97, Hq 64 0.94-1.01, Tq 16 over Hq 8
-      // 0.84; [B, T, H, D] Hq 32 1.05, Hq 64 1.04, but Tq 16 0.97.
+      // lay the rows out once), else 16 keys a call across the heads, each key's rows of every
+      // head read close together. A driver switching them call by call (bf16, D 128, 2 threads,
+      // AMD EPYC (family 25, model 17) Zen 4 VM, 2026-11-30, two rounds), whole tiles over runs
+      // of 16: heads first Hq 32 over Hk 8 at Tk 4096 0.94-0.95 and 65536 0.95-0.97, Hq 64
+      // 0.94-1.01, Tq 16 over Hq 8 0.84; [B, T, H, D] Hq 32 1.05-1.10, Hq 64 1.01-1.04, but Tq 16
+      // 0.97. And no asks of the cache here (ask above): with them, heads first took 1.08-1.33x
+      // the time (Hq 32, Hq 64 over Hk 8, Tq 16 over Hq 8, Tk 65536, the same driver, three runs
+      // of two rounds, the triad at 21-32 GB/s), [B, T, H, D] 1.00-1.07x; the other paths' asks
+      // made no difference that day (f16 and f32 caches, both layouts, 0.96-1.08).
       const bool whole_tiles = hk_hi - hk_lo == 1 || d.group() * live >= kBf16LaneRows;
       const std::int64_t run = whole_tiles ? kBf16DotKeys : 16;
       for (std::int64_t c0 = 0; c0 < cols; c0 += run) {
         const std::int64_t n = std::min(run, cols - c0);
-        for (std::int64_t c = c0; c < c0 + n; ++c) ask(c);
         for (std::int64_t hk = hk_lo; hk < hk_hi; ++hk) {
           head_dots(d, dots, b, hk, live, k_rows.at(b, j0 + c0, hk), k_rows.row, n, S + c0);
         }
@@ -195,15 +198,15 @@ void decode_scores(const FwdParams<T, ScoreMod, MaskMod>& p, const Rows<const E>
 
 // acc [Hq * Tq, Dv] += P V for keys [j0, j0 + cols) of batch b (rows [0, live) of the heads in
 // `heads`), with P [Hq * Tq, kBk] as decode_scores lays it out; kinds [Hq]: each head's tile.
-// The tile's V rows are in cache (decode_scores asked for them). Full tiles a k/v head at a time
-// over all the tile's keys (values_rows), where an axpy per key and row loaded and stored each
-// accumulator row every key (four keys at a time before): with the runs of heads-first items
-// and their splits, `qkv bench`'s decode shape in a driver, builds alternated in three rounds (f16
-// cache, Tq 1, Hq 8 over Hk 8, D 128, 2 threads, AMD EPYC (family 25, model 17) Zen 4 VM,
-// 2026-11-29, time over the previous build's): [B, T, H, D] Tk 4096 0.79-0.86, 16384 0.78-0.91;
-// heads first Tk 4096 0.47-0.69, 16384 0.51-0.68, 65536 0.71-0.76; Hq 32 over Hk 8 heads first
-// 0.61-0.65 and 0.78-0.80 at 4096 and 65536 keys (bench/README.md). Partial tiles key by key, and
-// only the pairs the mask keeps: a value the mask drops (a KV cache's unused tail) may hold
+// The tile's V rows are in cache (decode_scores asked for them, but for the bf16 dots). Full tiles
+// a k/v head at a time over all the tile's keys (values_rows), where an axpy per key and row loaded
+// and stored each accumulator row every key (four keys at a time before): with the runs of
+// heads-first items and their splits, `qkv bench`'s decode shape in a driver, builds alternated in
+// three rounds (f16 cache, Tq 1, Hq 8 over Hk 8, D 128, 2 threads, AMD EPYC (family 25, model 17)
+// Zen 4 VM, 2026-11-29, time over the previous build's): [B, T, H, D] Tk 4096 0.79-0.86, 16384
+// 0.78-0.91; heads first Tk 4096 0.47-0.69, 16384 0.51-0.68, 65536 0.71-0.76; Hq 32 over Hk 8 heads
+// first 0.61-0.65 and 0.78-0.80 at 4096 and 65536 keys (bench/README.md). Partial tiles key by key,
+// and only the pairs the mask keeps: a value the mask drops (a KV cache's unused tail) may hold
 // anything, and 0 * NaN is NaN.
 // With dots.on, the full tiles' products are bf16_values' (P rounded to bf16, bf16_dots.hpp).
 template <class T, class ScoreMod, class MaskMod, class E>
