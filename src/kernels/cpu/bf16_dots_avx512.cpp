@@ -7,25 +7,21 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/avx512_rows.hpp"
 #include "kernels/cpu/bf16_dots.hpp"
 
 namespace qkv::kernels::cpu {
 namespace {
 
-// The elements [x, x + 32) of a row of dim bf16, zero past dim.
+// The elements [x, x + 32) of a row of dim bf16 as VDPBF16PS takes them, zero past dim.
 __m512bh step_at(const std::uint16_t* row, std::int64_t x, std::int64_t dim) {
-  if (x + 32 <= dim) return (__m512bh)_mm512_loadu_si512(row + x);
-  const auto keep = static_cast<__mmask32>((std::uint64_t{1} << (dim - x)) - 1);
-  return (__m512bh)_mm512_maskz_loadu_epi16(keep, row + x);
+  return (__m512bh)avx512::bf16_step(row, x, dim);
 }
 
-// 128-bit lanes of a and b as _mm512_shuffle_f32x4 picks them, and v's lanes at idx as
-// _mm512_permutexvar_ps: their zero-masked forms under a full mask, the same instructions, since
-// g++ 12 warns of the undefined operand inside the plain ones.
-template <int kImm>
-__m512 lanes_of(__m512 a, __m512 b) {
-  return _mm512_maskz_shuffle_f32x4(0xFFFF, a, b, kImm);
-}
+using avx512::lanes_of;
+
+// v's lanes at idx as _mm512_permutexvar_ps: its zero-masked form under a full mask, the same
+// instruction, since g++ 12 warns of the undefined operand inside the plain one.
 __m512 permuted(__m512i idx, __m512 v) { return _mm512_maskz_permutexvar_ps(0xFFFF, idx, v); }
 
 // The sums of the lanes of v [16], lane c holding v[c]'s, in bf16_dots.hpp's tree (i with i + 8,
@@ -129,6 +125,25 @@ void rows_lanes(const std::uint16_t* const* q, std::int64_t rows, const std::uin
       break;
     default:
       break;
+  }
+}
+
+using RowsLanes = void (*)(const std::uint16_t* const*, std::int64_t, const std::uint16_t*,
+                           std::int64_t, std::int64_t, std::int64_t, __m512 (*)[16]);
+
+// rows_lanes for rows of `steps` steps of 32: held in registers up to 4, loaded past.
+RowsLanes rows_lanes_for(std::int64_t steps) {
+  switch (steps) {
+    case 1:
+      return rows_lanes<1>;
+    case 2:
+      return rows_lanes<2>;
+    case 3:
+      return rows_lanes<3>;
+    case 4:
+      return rows_lanes<4>;
+    default:
+      return rows_lanes<0>;
   }
 }
 
@@ -290,28 +305,13 @@ void bf16_score_dots_avx512(const std::uint16_t* const* q, std::int64_t rows,
   // keys 0.69 / 0.89, 5 keys 0.66 / 0.74, 6 to 9 keys 0.44-0.63.
   constexpr std::int64_t kMinTree = 4;
   const __m512 times = _mm512_set1_ps(scale);
+  const RowsLanes lanes_for = rows_lanes_for((dim + 31) / 32);
   for (std::int64_t r0 = 0; r0 < rows; r0 += kTreeRows) {
     const std::int64_t m = std::min(kTreeRows, rows - r0);
     for (std::int64_t c0 = 0; c0 < n; c0 += kTreeKeys) {
       const std::int64_t keys = std::min(kTreeKeys, n - c0);
       const std::uint16_t* run = k + c0 * ldk;
-      switch ((dim + 31) / 32) {
-        case 1:
-          rows_lanes<1>(q + r0, m, run, ldk, keys, dim, lanes);
-          break;
-        case 2:
-          rows_lanes<2>(q + r0, m, run, ldk, keys, dim, lanes);
-          break;
-        case 3:
-          rows_lanes<3>(q + r0, m, run, ldk, keys, dim, lanes);
-          break;
-        case 4:
-          rows_lanes<4>(q + r0, m, run, ldk, keys, dim, lanes);
-          break;
-        default:
-          rows_lanes<0>(q + r0, m, run, ldk, keys, dim, lanes);
-          break;
-      }
+      lanes_for(q + r0, m, run, ldk, keys, dim, lanes);
       for (std::int64_t r = 0; r < m; ++r) {
         float* out = s[r0 + r] + c0;
         if (keys < kMinTree) {

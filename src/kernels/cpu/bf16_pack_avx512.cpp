@@ -5,8 +5,8 @@
 // -mavx512bw (CMakeLists.txt) and called only where avx512_packing() is true.
 #include <immintrin.h>
 
+#include "kernels/cpu/avx512_rows.hpp"
 #include "kernels/cpu/bf16_pack.hpp"
-#include "kernels/cpu/transpose16_avx512.hpp"
 
 namespace qkv::kernels::cpu {
 

@@ -13,20 +13,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/avx512_rows.hpp"
 #include "kernels/cpu/bf16_dots.hpp"
-#include "kernels/cpu/transpose16_avx512.hpp"
 
 namespace qkv::kernels::cpu {
 namespace {
 
+using avx512::bf16_step;
 using avx512::transpose16;
-
-// The elements [x, x + 32) of a row of dim bf16, zero past dim.
-__m512i step_at(const std::uint16_t* row, std::int64_t x, std::int64_t dim) {
-  if (x + 32 <= dim) return _mm512_loadu_si512(row + x);
-  const auto keep = static_cast<__mmask32>((std::uint64_t{1} << (dim - x)) - 1);
-  return _mm512_maskz_loadu_epi16(keep, row + x);
-}
 
 // The most 32-element steps a row of this path has (dim up to 128).
 constexpr int kMaxSteps = kBf16LaneSteps;
@@ -39,7 +33,7 @@ struct QueryLanes {
     for (int x = 0; x < steps; ++x) {
       __m512 m[16];
       for (std::int64_t r = 0; r < 16; ++r) {
-        m[r] = r < rows ? _mm512_castsi512_ps(step_at(q[r], 32 * x, dim)) : _mm512_setzero_ps();
+        m[r] = r < rows ? _mm512_castsi512_ps(bf16_step(q[r], 32 * x, dim)) : _mm512_setzero_ps();
       }
       transpose16(m);
       for (int j = 0; j < 16; ++j) _mm512_store_ps(pair[16 * x + j], m[j]);

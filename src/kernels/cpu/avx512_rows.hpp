@@ -1,10 +1,20 @@
 #pragma once
 
-// A 16 x 16 transpose of 32-bit lanes in AVX-512 registers, for the files compiled with
-// -mavx512f (CMakeLists.txt's qkv_matrix_unit_flags): include it from no other.
+// Rows in AVX-512 registers: a bf16 row's 32-element steps, and 16 x 16 transposes of 32-bit
+// lanes, for the files compiled with -mavx512f -mavx512bw (CMakeLists.txt's qkv_matrix_unit_flags):
+// include it from no other.
 #include <immintrin.h>
 
+#include <cstdint>
+
 namespace qkv::kernels::cpu::avx512 {
+
+// The elements [x, x + 32) of a row of dim bf16, zero past dim (never read).
+inline __m512i bf16_step(const std::uint16_t* row, std::int64_t x, std::int64_t dim) {
+  if (x + 32 <= dim) return _mm512_loadu_si512(row + x);
+  const auto keep = static_cast<__mmask32>((std::uint64_t{1} << (dim - x)) - 1);
+  return _mm512_maskz_loadu_epi16(keep, row + x);
+}
 
 // 128-bit lanes of a and b as _mm512_shuffle_f32x4 picks them, and the unpacks, in their
 // zero-masked forms under a full mask: the same instructions, since g++ 12 warns of the undefined
